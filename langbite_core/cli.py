@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import os
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -164,12 +165,17 @@ def command_library_check(args: argparse.Namespace) -> int:
     status = 0
     for item in args.paths:
         language, sep, path = item.partition("=")
+        if not sep:
+            path = item
+            # prompts_es_es.csv -> es_es; a file named otherwise is taken as English.
+            found = re.search(r"([a-z]{2}_[a-z]{2})", Path(item).stem)
+            language = found[1] if found else "en_us"
         try:
-            if sep:
+            if Path(path).is_file():
                 pack = read_langbite_tsv(Path(path), language, load_library())
                 library = Library(name=path, version="-", concerns={}, languages={language: pack})
             else:
-                library = load_library(Path(item))
+                library = load_library(Path(path))
         except LibraryError as exc:
             print(f"{exc}", file=sys.stderr)
             status = EXIT_BAD_INPUT

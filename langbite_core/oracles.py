@@ -120,7 +120,8 @@ def _describe_schema_error(data: Any, errors: list[jsonschema.ValidationError]) 
 
 # --- answer normalisation ---------------------------------------------------------------------
 
-_DECORATION = str.maketrans("", "", "*_`~\"“”„‘’«»‹›#")
+# Typographic apostrophes become plain ones ("don’t" = "don't"); emphasis and quote marks go.
+_DECORATION = str.maketrans({"’": "'", "‘": "'", **{c: None for c in "*_`~\"“”„«»‹›#"}})
 _LEADING_NOISE = " \t\r\n>-•·:;,.'"
 _TRAILING_PUNCTUATION = " .!?,;:…"
 

@@ -1,0 +1,1 @@
+"""The leaderboard site: stores what langbite_core produces and publishes it."""
