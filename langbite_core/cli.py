@@ -18,7 +18,8 @@ from langbite_core import __version__
 from langbite_core.engine import PlanError, RunResult, execute_run, manifest, plan_run
 from langbite_core.execution import Executor, ResponseCache, RetryPolicy
 from langbite_core.langbite_tsv import read_langbite_tsv
-from langbite_core.library import BUNDLED_LIBRARY, Library, LibraryError, load_library
+from langbite_core.library import BUNDLED_LIBRARY, Library, LibraryError, load_library, write_text_atomic
+from langbite_core.library_docs import library_markdown
 from langbite_core.library_report import report
 from langbite_core.providers import (
     BUNDLED_MODELS,
@@ -96,6 +97,16 @@ def print_summary(result: RunResult) -> None:
         )
 
 
+def unique_stamp(folder: Path) -> str:
+    """A UTC timestamp for report names that no earlier run in the folder has used."""
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    candidate, n = stamp, 1
+    while list(folder.glob(f"{candidate}_*")):
+        n += 1
+        candidate = f"{stamp}-{n}"
+    return candidate
+
+
 def command_run(args: argparse.Namespace) -> int:
     try:
         scenario = load_requirements(args.requirements)
@@ -142,7 +153,7 @@ def command_run(args: argparse.Namespace) -> int:
     )
     if bar is not None:
         bar.close()
-    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    stamp = unique_stamp(Path(args.out))
     extra = {
         "started_at": stamp,
         "input_file": str(args.requirements),
@@ -195,6 +206,20 @@ def command_library_check(args: argparse.Namespace) -> int:
     return status
 
 
+def command_library_docs(args: argparse.Namespace) -> int:
+    try:
+        library = load_library(Path(args.path) if args.path else BUNDLED_LIBRARY)
+    except LibraryError as exc:
+        print(f"{exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    text = library_markdown(library)
+    if args.out:
+        write_text_atomic(Path(args.out), text)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
 def command_models(args: argparse.Namespace) -> int:
     print("Providers (model names are provider:model):")
     for prefix, description in PROVIDER_DESCRIPTIONS.items():
@@ -233,6 +258,11 @@ def parser() -> argparse.ArgumentParser:
     check = library_commands.add_parser("check", help="validate libraries and count their templates")
     check.add_argument("paths", nargs="+", metavar="PATH", help="a canonical library folder, or LANG=FILE.tsv")
     check.set_defaults(handler=command_library_check)
+
+    docs = library_commands.add_parser("docs", help="write a Markdown page documenting a library")
+    docs.add_argument("path", nargs="?", help="canonical library folder (default: the bundled library)")
+    docs.add_argument("--out", help="file to write (default: standard output)")
+    docs.set_defaults(handler=command_library_docs)
 
     models = commands.add_parser("models", help="list providers and bundled local models")
     models.set_defaults(handler=command_models)

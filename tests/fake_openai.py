@@ -40,6 +40,10 @@ class FakeOpenAIServer:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # Headers and body leave in one packet: with Nagle's algorithm and delayed ACKs a
+            # keep-alive client would otherwise wait ~40 ms per request.
+            disable_nagle_algorithm = True
+            wbufsize = 1 << 16
 
             def log_message(self, format: str, *args: Any) -> None:  # quiet test output
                 pass
@@ -53,6 +57,7 @@ class FakeOpenAIServer:
                     self.send_header(key, value)
                 self.end_headers()
                 self.wfile.write(data)
+                self.wfile.flush()
 
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
