@@ -11,6 +11,7 @@ import datetime as dt
 import os
 import re
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -71,7 +72,7 @@ def choose_judge(scenario: Scenario, override: str | None) -> str | None:
         if BUNDLED_MODELS[name].is_installed:
             return f"local:{name}"
     raise InputError(
-        "useLLMEval is on but no judge model is configured: add \"judge\": \"provider:model\" to the input, "
+        'useLLMEval is on but no judge model is configured: add "judge": "provider:model" to the input, '
         f"pass --judge, or install a bundled judge ({BUNDLED_MODELS[JUDGE_PREFERENCE[0]].install})"
     )
 
@@ -87,7 +88,10 @@ def build_providers(models: Sequence[str], timeout_s: float) -> dict[str, Provid
 def print_summary(result: RunResult) -> None:
     print(f"{'model':34} {'requirement':14} {'language':8} {'pass rate':>10} {'95% CI':>15} {'n':>5} "
           f"{'refused':>7} {'errors':>6}  tolerance")  # fmt: skip
-    for row in sorted(result.rows, key=lambda r: (r.model, r.requirement.name, r.language, r.input_type, r.reflection_type)):
+    ordered = sorted(
+        result.rows, key=lambda r: (r.model, r.requirement.name, r.language, r.input_type, r.reflection_type)
+    )
+    for row in ordered:
         rate = f"{row.pass_rate:.1%}" if row.pass_rate is not None else "-"
         ci = f"{row.interval[0]:.0%}-{row.interval[1]:.0%}" if row.interval else "-"
         print(
@@ -98,13 +102,13 @@ def print_summary(result: RunResult) -> None:
 
 
 def unique_stamp(folder: Path) -> str:
-    """A UTC timestamp for report names that no earlier run in the folder has used."""
-    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    candidate, n = stamp, 1
-    while list(folder.glob(f"{candidate}_*")):
-        n += 1
-        candidate = f"{stamp}-{n}"
-    return candidate
+    """A UTC timestamp (to the millisecond, so names sort by time) no earlier run in the folder used."""
+    while True:
+        now = dt.datetime.now(dt.UTC)
+        stamp = now.strftime("%Y%m%dT%H%M%S") + f"{now.microsecond // 1000:03d}Z"
+        if not list(folder.glob(f"{stamp}_*")):
+            return stamp
+        time.sleep(0.001)
 
 
 def command_run(args: argparse.Namespace) -> int:
@@ -238,8 +242,12 @@ def parser() -> argparse.ArgumentParser:
 
     run = commands.add_parser("run", help="run the tests an input file asks for")
     run.add_argument("requirements", help="LangBiTe input JSON: ethical requirements and test scenario")
-    run.add_argument("--library", action="append", metavar="LANG=PATH",
-                     help="use this library for a language: a LangBiTe .tsv/.csv file or a canonical folder")  # fmt: skip
+    run.add_argument(
+        "--library",
+        action="append",
+        metavar="LANG=PATH",
+        help="use this library for a language: a LangBiTe .tsv/.csv file or a canonical folder",
+    )
     run.add_argument("--library-dir", help="canonical library folder to use instead of the bundled one")
     run.add_argument("--out", default="reports", help="folder for the reports (default: reports)")
     run.add_argument("--concurrency", type=int, help="requests in flight per model (default: per provider)")

@@ -92,9 +92,7 @@ def _concern_matches(template: Template, requirement: Requirement, library: Libr
     return template.concern.casefold() == requirement.concern.strip().casefold()
 
 
-def resolve_communities(
-    requirement: Requirement, pack: LanguagePack, concern_id: str | None
-) -> tuple[Community, ...]:
+def resolve_communities(requirement: Requirement, pack: LanguagePack, concern_id: str | None) -> tuple[Community, ...]:
     """The requirement's communities for a language, with the library's grammatical forms where
     the library knows them (by id or default form), or the library's own list if none is given."""
     known = pack.communities.get(concern_id or "", ())
@@ -135,9 +133,7 @@ def plan_run(scenario: Scenario, library: Library) -> RunPlan:
             selection[requirement.name][language] = {}
             for input_type in requirement.inputs:
                 for reflection in requirement.reflections:
-                    bucket = [
-                        t for t in candidates if t.input_type == input_type and t.reflection_type == reflection
-                    ]
+                    bucket = [t for t in candidates if t.input_type == input_type and t.reflection_type == reflection]
                     usable = []
                     for template in bucket:
                         stray = template.markups.roots - roots
@@ -176,9 +172,7 @@ def plan_run(scenario: Scenario, library: Library) -> RunPlan:
                 f"{where}: concern {requirement.concern!r} has no templates in "
                 f"{', '.join(requirement.languages)} (library concerns: {', '.join(sorted(library.concerns))})"
             )
-    return RunPlan(
-        scenario=scenario, library_hash=library.hash, tests=tests, selection=selection, warnings=warnings
-    )
+    return RunPlan(scenario=scenario, library_hash=library.hash, tests=tests, selection=selection, warnings=warnings)
 
 
 # --- results ----------------------------------------------------------------------------------
@@ -312,6 +306,18 @@ def summarise(evaluations: list[EvaluationRecord]) -> list[GlobalRow]:
     ]
 
 
+def _failed_answers(test: Test, answers: list[JobResult]) -> list[tuple[Instance, JobResult]]:
+    """The answers a judge may overrule: literal failures of expected-value oracles."""
+    if test.oracle.operation in SAME_VALUE_OPERATIONS:
+        return []
+    literal, _, _ = evaluate_test(test, answers)
+    return [
+        (instance, answer)
+        for instance, verdict, answer in zip(test.instances, literal.answers, answers, strict=True)
+        if verdict.outcome == Outcome.FAILED and answer.text is not None
+    ]
+
+
 ProgressHook = Callable[[str, int], None]  # (phase, total) at the start of a phase
 
 
@@ -336,22 +342,20 @@ def execute_run(
 
     def answers_for(model: str, test: Test, sample: int) -> list[JobResult]:
         return [
-            results[PromptJob(model=model, request=plan.request_for(i, sample), sample=sample)]
-            for i in test.instances
+            results[PromptJob(model=model, request=plan.request_for(i, sample), sample=sample)] for i in test.instances
         ]
 
     judge_lookup: JudgeLookup | None = None
     judge_started = time.monotonic()
     if plan.scenario.use_llm_eval and judge_model:
         # Every answer the literal oracle failed goes to the judge in one concurrent batch.
-        wanted: list[PromptJob] = []
-        for model in models:
-            for test in plan.tests:
-                for sample in range(samples):
-                    literal, _, _ = evaluate_test(test, answers_for(model, test, sample))
-                    for instance, verdict, answer in zip(test.instances, literal.answers, answers_for(model, test, sample), strict=True):
-                        if verdict.outcome == Outcome.FAILED and answer.text is not None and test.oracle.operation not in SAME_VALUE_OPERATIONS:
-                            wanted.append(PromptJob(model=judge_model, request=judge_request(instance.prompt, test.oracle, answer.text)))
+        wanted = [
+            PromptJob(model=judge_model, request=judge_request(instance.prompt, test.oracle, answer.text or ""))
+            for model in models
+            for test in plan.tests
+            for sample in range(samples)
+            for instance, answer in _failed_answers(test, answers_for(model, test, sample))
+        ]
         if on_phase:
             on_phase("judge", len(set(wanted)))
         judged = executor.run(wanted, on_result=on_result)

@@ -48,9 +48,7 @@ def _parse_row(cells: list[str], origin: str, language: str, library: Library | 
     if input_type not in INPUT_TYPES:
         problems.append(f"{origin}: input_type {input_type!r} must be one of {', '.join(INPUT_TYPES)}")
     if reflection_type not in REFLECTION_TYPES:
-        problems.append(
-            f"{origin}: reflection_type {reflection_type!r} must be one of {', '.join(REFLECTION_TYPES)}"
-        )
+        problems.append(f"{origin}: reflection_type {reflection_type!r} must be one of {', '.join(REFLECTION_TYPES)}")
     if oracle_kind not in ORACLE_KINDS:
         problems.append(f"{origin}: oracle {oracle_kind!r} must be one of {', '.join(ORACLE_KINDS)}")
     oracle: OraclePrediction | None = None

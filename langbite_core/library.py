@@ -225,9 +225,7 @@ def read_communities(data: dict[str, Any], where: str, problems: list[str]) -> d
                 continue
             community_id = _require_str(item, "id", at, problems)
             forms = item.get("forms")
-            if not isinstance(forms, dict) or not all(
-                isinstance(v, str) and v.strip() for v in forms.values()
-            ):
+            if not isinstance(forms, dict) or not all(isinstance(v, str) and v.strip() for v in forms.values()):
                 problems.append(f"{at}.forms: must map form names to non-empty text")
                 continue
             if "default" not in forms:
@@ -252,9 +250,7 @@ def read_communities(data: dict[str, Any], where: str, problems: list[str]) -> d
     return result
 
 
-def parse_template(
-    data: Any, *, language: str, concern: str, origin: str
-) -> Template:
+def parse_template(data: Any, *, language: str, concern: str, origin: str) -> Template:
     """One template from its canonical JSON object; raises LibraryError naming the origin."""
     if not isinstance(data, dict):
         raise LibraryError([f"{origin}: a template must be a JSON object"])
@@ -275,9 +271,7 @@ def parse_template(
         problems.append(f"{origin}: input_type {input_type!r} must be one of {', '.join(INPUT_TYPES)}")
     reflection_type = data.get("reflection_type")
     if reflection_type not in REFLECTION_TYPES:
-        problems.append(
-            f"{origin}: reflection_type {reflection_type!r} must be one of {', '.join(REFLECTION_TYPES)}"
-        )
+        problems.append(f"{origin}: reflection_type {reflection_type!r} must be one of {', '.join(REFLECTION_TYPES)}")
     try:
         oracle = OraclePrediction.from_json(data.get("oracle"))
     except OracleError as exc:
@@ -324,9 +318,7 @@ def check_template(
     if communities is None:
         return problems
     if summary.arity and len(communities) < summary.arity:
-        problems.append(
-            f"{where}: needs {summary.arity} communities, {concern.id} has {len(communities)}"
-        )
+        problems.append(f"{where}: needs {summary.arity} communities, {concern.id} has {len(communities)}")
     text_markups = [m for text in template.texts for m in markup.find_markups(text)]
     available = set(communities[0].forms) if communities else {"default"}
     for m in text_markups:
@@ -471,9 +463,7 @@ def load_library(folder: Path | str = BUNDLED_LIBRARY) -> Library:
             found, file_problems = read_templates_jsonl(path, language=code, concern=concern_id)
             problems.extend(file_problems)
             for template in found:
-                problems.extend(
-                    check_template(template, concerns[concern_id], communities.get(concern_id))
-                )
+                problems.extend(check_template(template, concerns[concern_id], communities.get(concern_id)))
                 if "@neutral" in template.oracle.expected_value and not settings.neutral_phrases:
                     problems.append(f"{template.origin}: uses @neutral but {settings_path} has no neutral_phrases")
             templates.extend(found)
@@ -526,10 +516,7 @@ def _language_json(pack: LanguagePack) -> dict[str, Any]:
 
 def _communities_json(pack: LanguagePack) -> dict[str, Any]:
     return {
-        concern: [
-            {"id": c.id, **({"gender": c.gender} if c.gender else {}), "forms": c.forms}
-            for c in communities
-        ]
+        concern: [{"id": c.id, **({"gender": c.gender} if c.gender else {}), "forms": c.forms} for c in communities]
         for concern, communities in pack.communities.items()
     }
 

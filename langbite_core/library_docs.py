@@ -36,10 +36,7 @@ def library_markdown(library: Library) -> str:
 
     lines += ["", "## Templates per concern and language", ""]
     per = Counter((t.concern, t.language) for t in templates)
-    rows = [
-        [concern] + [str(per[(concern, lang)]) for lang in languages]
-        for concern in sorted(library.concerns)
-    ]
+    rows = [[concern] + [str(per[(concern, lang)]) for lang in languages] for concern in sorted(library.concerns)]
     rows.append(["**total**"] + [str(sum(per[(c, lang)] for c in library.concerns)) for lang in languages])
     lines += _table(["concern", *languages], rows)
 

@@ -46,9 +46,7 @@ def check_parity(library: Library) -> list[str]:
     problems: list[str] = []
     shapes: dict[str, dict[str, tuple[str, str, str, str]]] = {}
     for code, pack in library.languages.items():
-        shapes[code] = {
-            t.key: (t.concern, t.input_type, t.reflection_type, t.oracle.operation) for t in pack.templates
-        }
+        shapes[code] = {t.key: (t.concern, t.input_type, t.reflection_type, t.oracle.operation) for t in pack.templates}
     all_keys = set().union(*(set(s) for s in shapes.values())) if shapes else set()
     for code, by_key in sorted(shapes.items()):
         missing = sorted(all_keys - set(by_key))

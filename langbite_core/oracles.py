@@ -12,6 +12,7 @@ import json
 import math
 import re
 import unicodedata
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,7 +58,7 @@ class OracleError(ValueError):
     """An oracle prediction that does not describe a valid test."""
 
 
-class Outcome(str, enum.Enum):
+class Outcome(enum.StrEnum):
     """What one answer, or one template, came to."""
 
     PASSED = "passed"
@@ -121,7 +122,7 @@ def _describe_schema_error(data: Any, errors: list[jsonschema.ValidationError]) 
 # --- answer normalisation ---------------------------------------------------------------------
 
 # Typographic apostrophes become plain ones ("don’t" = "don't"); emphasis and quote marks go.
-_DECORATION = str.maketrans({"’": "'", "‘": "'", **{c: None for c in "*_`~\"“”„«»‹›#"}})
+_DECORATION = str.maketrans({"’": "'", "‘": "'", **{c: None for c in '*_`~"“”„«»‹›#'}})
 _LEADING_NOISE = " \t\r\n>-•·:;,.'"
 _TRAILING_PUNCTUATION = " .!?,;:…"
 
@@ -245,9 +246,7 @@ class TemplateVerdict:
     values: tuple[float | None, ...] = field(default=())
 
 
-def _judge_expected(
-    prediction: OraclePrediction, answer: Answer, refusal_phrases: tuple[str, ...]
-) -> AnswerVerdict:
+def _judge_expected(prediction: OraclePrediction, answer: Answer, refusal_phrases: tuple[str, ...]) -> AnswerVerdict:
     if answer.text is None:
         return AnswerVerdict(Outcome.ERROR, answer.error or "no answer")
     text = answer.text
@@ -275,7 +274,7 @@ def _judge_expected(
     return AnswerVerdict(Outcome.PASSED, "contains none of the rejected values")
 
 
-def combine(outcomes: list[Outcome]) -> Outcome:
+def combine(outcomes: Sequence[Outcome]) -> Outcome:
     for outcome in _SEVERITY:
         if outcome in outcomes:
             return outcome

@@ -26,9 +26,7 @@ REQUIREMENTS_SCHEMA: dict[str, Any] = {
         "nRetries": {"type": "integer", "minimum": 0},
         "temperature": {"type": "number", "minimum": 0, "maximum": 2},
         "tokens": {"type": "integer", "minimum": 1, "maximum": 32768},
-        "useLLMEval": {
-            "anyOf": [{"type": "boolean"}, {"type": "string", "pattern": "^(?i:true|false)$"}]
-        },
+        "useLLMEval": {"anyOf": [{"type": "boolean"}, {"type": "string", "pattern": "^(?i:true|false)$"}]},
         "aiModels": {"type": "array", "minItems": 1, "items": {"type": "string", "minLength": 1}},
         "judge": {"type": "string", "minLength": 1},
         "seed": {"type": "integer", "minimum": 0},
@@ -149,13 +147,14 @@ def _explain(error: jsonschema.ValidationError) -> str:
     if validator == "type":
         return f"expected {error.validator_value}, got {json.dumps(error.instance)[:60]}"
     if validator in ("minimum", "maximum"):
-        return f"{error.instance} is out of range (allowed {error.schema.get('minimum', '-')}..{error.schema.get('maximum', '-')})"
+        low, high = error.schema.get("minimum", "-"), error.schema.get("maximum", "-")
+        return f"{error.instance} is out of range (allowed {low}..{high})"
     if validator == "enum":
         return f"{json.dumps(error.instance)} must be one of {', '.join(map(str, error.validator_value))}"
     if validator == "pattern" and isinstance(error.instance, str):
         return f"{error.instance!r} does not match the expected form {error.validator_value}"
     if validator == "anyOf" and error.schema is REQUIREMENTS_SCHEMA["properties"]["useLLMEval"]:
-        return f"expected true/false or the strings \"True\"/\"False\", got {json.dumps(error.instance)}"
+        return f'expected true/false or the strings "True"/"False", got {json.dumps(error.instance)}'
     if validator == "minItems":
         return "must not be empty"
     return error.message

@@ -18,6 +18,10 @@ from typing import Any
 Responder = Callable[[str, dict[str, Any]], str]
 
 
+def _user_text(body: dict[str, Any]) -> str:
+    return "\n".join(str(m.get("content", "")) for m in body.get("messages", []) if m.get("role") == "user")
+
+
 @dataclass
 class Fault:
     status: int
@@ -65,7 +69,7 @@ class FakeOpenAIServer:
                 if not self.path.rstrip("/").endswith("/chat/completions"):
                     self._send(404, {"error": {"message": f"no route {self.path}"}})
                     return
-                prompt = "\n".join(str(m.get("content", "")) for m in body.get("messages", []) if m.get("role") == "user")
+                prompt = _user_text(body)
                 with server._lock:
                     server.requests.append(body)
                     fault = server._take_fault(prompt)
@@ -113,10 +117,7 @@ class FakeOpenAIServer:
 
     def prompts(self) -> list[str]:
         with self._lock:
-            return [
-                "\n".join(str(m.get("content", "")) for m in r.get("messages", []) if m.get("role") == "user")
-                for r in self.requests
-            ]
+            return [_user_text(r) for r in self.requests]
 
     def start(self) -> FakeOpenAIServer:
         self._thread.start()

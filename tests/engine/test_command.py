@@ -11,7 +11,7 @@ import pytest
 
 from langbite_core.cli import main
 from langbite_core.reports import EVALUATIONS_COLUMNS, GLOBAL_COLUMNS, RESPONSES_COLUMNS
-from tests.fake_openai import Fault, FakeOpenAIServer
+from tests.fake_openai import FakeOpenAIServer, Fault
 
 
 def _write_input(tmp_path: Path, fixtures: Path, **changes: Any) -> Path:
@@ -77,7 +77,7 @@ def test_it_writes_the_three_reports_and_the_manifest_and_exits_0_when_met(
 def test_it_exits_1_and_reports_why_when_a_requirement_is_not_met(
     fake_llm: FakeOpenAIServer, tmp_path: Path, fixtures: Path
 ) -> None:
-    fake_llm.responder = lambda prompt, body: "Yes." if "managing money than women" in prompt else _unbiased(prompt, body)
+    fake_llm.responder = lambda p, b: "Yes." if "managing money than women" in p else _unbiased(p, b)
     assert _run(tmp_path, fixtures, _write_input(tmp_path, fixtures)) == 1
     evaluations = _read(tmp_path / "out", "evaluations")
     failed = [e for e in evaluations if e["Evaluation"] == "Failed"]
@@ -105,7 +105,7 @@ def test_it_counts_errors_and_refusals_outside_the_pass_rate(
     fake_llm: FakeOpenAIServer, tmp_path: Path, fixtures: Path
 ) -> None:
     fake_llm.faults = {"probability": [Fault(400)] * 4}
-    fake_llm.responder = lambda prompt, body: "I'm sorry, I can't help with that." if "engineering" in prompt else _unbiased(prompt, body)
+    fake_llm.responder = lambda p, b: "I'm sorry, I can't help with that." if "engineering" in p else _unbiased(p, b)
     # Refusals and errors are reported but leave the denominator (LangBiTe's Total).
     assert _run(tmp_path, fixtures, _write_input(tmp_path, fixtures)) == 0
     rows = {(r["Input Type"], r["Reflection Type"]): r for r in _read(tmp_path / "out", "global_evaluation")}
@@ -123,7 +123,7 @@ def test_it_neutralises_spreadsheet_formulas_and_keeps_answers_verbatim(
     fake_llm.responder = lambda prompt, body: '=HYPERLINK("http://x")' if "weaker" in prompt else "No, Not At ALL."
     _run(tmp_path, fixtures, _write_input(tmp_path, fixtures))
     answers = {r["Response"] for r in _read(tmp_path / "out", "responses")}
-    assert "'=HYPERLINK(\"http://x\")" in answers
+    assert '\'=HYPERLINK("http://x")' in answers
     assert "No, Not At ALL." in answers  # never lower-cased
 
 
@@ -150,7 +150,12 @@ def test_it_rechecks_failed_answers_with_the_judge(fake_llm: FakeOpenAIServer, t
 def test_it_records_a_judge_reply_that_is_not_json_without_failing(
     fake_llm: FakeOpenAIServer, tmp_path: Path, fixtures: Path
 ) -> None:
-    fake_llm.responder = lambda p, b: "__import__('os')" if "THE MODEL'S ANSWER" in p else ("Nope" if "money" in p else _unbiased(p, b))
+    def answer(prompt: str, body: dict[str, Any]) -> str:
+        if "THE MODEL'S ANSWER" in prompt:
+            return "__import__('os')"  # must never be evaluated
+        return "Nope" if "money" in prompt else _unbiased(prompt, body)
+
+    fake_llm.responder = answer
     input_path = _write_input(tmp_path, fixtures, useLLMEval=True, judge="openai:fake-judge")
     assert _run(tmp_path, fixtures, input_path) == 1
     judged = [r for r in _read(tmp_path / "out", "responses") if "judge reply has no verdict" in r["Judge Reason"]]

@@ -8,7 +8,7 @@ import pytest
 
 from langbite_core.execution import Executor, PromptJob, ResponseCache, RetryPolicy
 from langbite_core.providers import ChatRequest, ConfigurationError, canonical_model, create_provider
-from tests.fake_openai import Fault, FakeOpenAIServer
+from tests.fake_openai import FakeOpenAIServer, Fault
 
 FAST = RetryPolicy(attempts=4, base_delay_s=0.01, max_delay_s=0.05)
 
