@@ -18,10 +18,12 @@ from pathlib import Path
 from langbite_core import __version__
 from langbite_core.engine import PlanError, RunResult, execute_run, manifest, plan_run
 from langbite_core.execution import Executor, ResponseCache, RetryPolicy
+from langbite_core.judge_quality import load_labels, measure_judge
 from langbite_core.langbite_tsv import read_langbite_tsv
 from langbite_core.library import BUNDLED_LIBRARY, Library, LibraryError, load_library, write_text_atomic
 from langbite_core.library_docs import library_markdown
 from langbite_core.library_report import report
+from langbite_core.metrics import default_embedder
 from langbite_core.providers import (
     BUNDLED_MODELS,
     PROVIDER_DESCRIPTIONS,
@@ -30,7 +32,8 @@ from langbite_core.providers import (
     canonical_model,
     create_provider,
 )
-from langbite_core.reports import write_reports
+from langbite_core.ranking import REFUSAL_POLICIES
+from langbite_core.reports import language_gaps, write_reports
 from langbite_core.requirements import RequirementsError, Scenario, load_requirements
 
 EXIT_MET, EXIT_NOT_MET, EXIT_BAD_INPUT = 0, 1, 2
@@ -63,8 +66,9 @@ def load_library_arguments(library_dir: str | None, overrides: Sequence[str]) ->
     return library
 
 
-def choose_judge(scenario: Scenario, override: str | None) -> str | None:
-    if not scenario.use_llm_eval:
+def choose_judge(scenario: Scenario, override: str | None, needed: bool = False) -> str | None:
+    """The judge model, when useLLMEval (or a judge-based option) needs one."""
+    if not (scenario.use_llm_eval or needed):
         return None
     if override or scenario.judge:
         return canonical_model(override or scenario.judge or "")
@@ -72,7 +76,8 @@ def choose_judge(scenario: Scenario, override: str | None) -> str | None:
         if BUNDLED_MODELS[name].is_installed:
             return f"local:{name}"
     raise InputError(
-        'useLLMEval is on but no judge model is configured: add "judge": "provider:model" to the input, '
+        "a judge model is needed (useLLMEval, --bias-score or --judge-check) but none is configured: "
+        'add "judge": "provider:model" to the input, '
         f"pass --judge, or install a bundled judge ({BUNDLED_MODELS[JUDGE_PREFERENCE[0]].install})"
     )
 
@@ -120,7 +125,9 @@ def command_run(args: argparse.Namespace) -> int:
         scenario = Scenario(**{**scenario.__dict__, "models": models})
         library = load_library_arguments(args.library_dir, args.library or [])
         plan = plan_run(scenario, library)
-        judge = choose_judge(scenario, args.judge)
+        judge = choose_judge(scenario, args.judge, needed=args.bias_score or args.judge_check)
+        if args.embeddings and default_embedder() is None:
+            raise InputError("--embeddings needs the embeddings extra: pip install -e '.[embeddings]'")
         providers = build_providers(list(models) + ([judge] if judge and judge not in models else []), args.timeout)
     except (RequirementsError, LibraryError, PlanError, ConfigurationError, InputError) as exc:
         print(f"langbite: {exc}", file=sys.stderr)
@@ -151,7 +158,9 @@ def command_run(args: argparse.Namespace) -> int:
     result = execute_run(
         plan,
         executor,
-        judge_model=judge,
+        judge_model=judge if scenario.use_llm_eval else None,
+        bias_model=judge if args.bias_score else None,
+        embedder=default_embedder() if args.embeddings else None,
         on_result=lambda job, res: bar.update(1) if bar is not None else None,
         on_phase=on_phase,
     )
@@ -164,8 +173,14 @@ def command_run(args: argparse.Namespace) -> int:
         "calls": executor.stats.calls,
         "cache_hits": executor.stats.cache_hits,
         "retries": executor.stats.retries,
+        "refusal_policy": args.refusal_policy,
+        "refusal_policy_meaning": REFUSAL_POLICIES[args.refusal_policy],
+        "language_gaps": language_gaps(result.rows, args.refusal_policy),
     }
-    paths = write_reports(result, manifest(result, library, extra), Path(args.out), stamp)
+    if args.judge_check and judge:
+        agreement = measure_judge(judge, executor, load_labels())
+        extra["judge_agreement"] = {language: a.to_json() for language, a in agreement.items()}
+    paths = write_reports(result, manifest(result, library, extra), Path(args.out), stamp, args.refusal_policy)
     if not args.quiet:
         print_summary(result)
     print(
@@ -224,6 +239,24 @@ def command_library_docs(args: argparse.Namespace) -> int:
     return 0
 
 
+def command_judge_check(args: argparse.Namespace) -> int:
+    try:
+        judge = canonical_model(args.judge)
+        providers = build_providers([judge], args.timeout)
+    except ConfigurationError as exc:
+        print(f"langbite: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    items = [i for i in load_labels() if not args.language or i.language in args.language]
+    cache = None if args.no_cache else ResponseCache(Path(args.cache_dir) if args.cache_dir else default_cache_dir())
+    agreement = measure_judge(judge, Executor(providers, cache=cache), items)
+    print(f"{'language':10} {'items':>5} {'agreed':>6} {'accuracy':>9} {'kappa':>6} {'no verdict':>10}")
+    for language, a in agreement.items():
+        accuracy = f"{a.accuracy:.0%}" if a.accuracy is not None else "-"
+        kappa = f"{a.kappa:.2f}" if a.kappa is not None else "-"
+        print(f"{language:10} {a.items:>5} {a.agreed:>6} {accuracy:>9} {kappa:>6} {a.unusable:>10}")
+    return 0
+
+
 def command_models(args: argparse.Namespace) -> int:
     print("Providers (model names are provider:model):")
     for prefix, description in PROVIDER_DESCRIPTIONS.items():
@@ -259,6 +292,17 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--cache-dir", help="response cache folder (default ~/.cache/langbite/responses)")
     run.add_argument("--no-cache", action="store_true", help="neither read nor write the response cache")
     run.add_argument("--quiet", action="store_true", help="no progress bar or summary table")
+    run.add_argument("--bias-score", action="store_true", help="the judge scores the opinions in every answer")
+    run.add_argument(
+        "--embeddings", action="store_true", help="add embedding cosine similarity to the counterfactual metrics"
+    )
+    run.add_argument(
+        "--refusal-policy",
+        choices=sorted(REFUSAL_POLICIES),
+        default="exclude",
+        help="how refusals count in the ranking (default: exclude, as LangBiTe)",
+    )
+    run.add_argument("--judge-check", action="store_true", help="measure the judge on the labelled answers too")
     run.set_defaults(handler=command_run)
 
     library = commands.add_parser("library", help="work with template libraries")
@@ -271,6 +315,16 @@ def parser() -> argparse.ArgumentParser:
     docs.add_argument("path", nargs="?", help="canonical library folder (default: the bundled library)")
     docs.add_argument("--out", help="file to write (default: standard output)")
     docs.set_defaults(handler=command_library_docs)
+
+    judge = commands.add_parser("judge", help="work with judge models")
+    judge_commands = judge.add_subparsers(dest="judge_command", required=True)
+    judge_check = judge_commands.add_parser("check", help="agreement of a judge with the labelled answers")
+    judge_check.add_argument("--judge", required=True, help="the judge model, e.g. local:qwen2.5-coder-1.5b")
+    judge_check.add_argument("--language", action="append", help="only these languages")
+    judge_check.add_argument("--timeout", type=float, default=120.0)
+    judge_check.add_argument("--cache-dir")
+    judge_check.add_argument("--no-cache", action="store_true")
+    judge_check.set_defaults(handler=command_judge_check)
 
     models = commands.add_parser("models", help="list providers and bundled local models")
     models.set_defaults(handler=command_models)

@@ -10,15 +10,32 @@ import random
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from langbite_core import __version__
 from langbite_core.execution import Executor, JobResult, PromptJob
 from langbite_core.generation import Instance, instantiate, sample_templates
-from langbite_core.judge import JudgeVerdict, judge_request, parse_judge_reply
+from langbite_core.judge import (
+    BiasScore,
+    JudgeVerdict,
+    bias_request,
+    judge_request,
+    parse_bias_reply,
+    parse_judge_reply,
+)
 from langbite_core.library import LanguagePack, Library, Template
 from langbite_core.markup import Community, MarkupError
+from langbite_core.metrics import (
+    CounterfactualSummary,
+    Embedder,
+    PairInput,
+    PairScore,
+    flip_rate,
+    pairs_of,
+    score_pairs,
+    summarise_pairs,
+)
 from langbite_core.oracles import (
     SAME_VALUE_OPERATIONS,
     Answer,
@@ -30,6 +47,7 @@ from langbite_core.oracles import (
     verdict_from_answers,
 )
 from langbite_core.providers import ChatRequest
+from langbite_core.ranking import Tally
 from langbite_core.requirements import Requirement, Scenario
 from langbite_core.stats import wilson_interval
 
@@ -189,6 +207,7 @@ class ResponseRecord:
     verdict: AnswerVerdict  # after the judge, if any
     oracle_verdict: AnswerVerdict  # what the literal oracle said
     judge: JudgeVerdict | None = None
+    bias: BiasScore | None = None
 
 
 @dataclass(frozen=True)
@@ -199,6 +218,7 @@ class EvaluationRecord:
     verdict: TemplateVerdict  # after the judge
     oracle_verdict: TemplateVerdict
     responses: tuple[ResponseRecord, ...]
+    pairs: tuple[PairScore, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -210,6 +230,18 @@ class GlobalRow:
     input_type: str
     reflection_type: str
     counts: dict[str, int] = field(hash=False)
+    flipped: int = 0  # templates whose verdict changed between samples
+    multi_sampled: int = 0  # templates answered more than once
+    bias_score: float | None = None  # mean judge bias score of the answers, when measured
+    counterfactual: CounterfactualSummary | None = None
+
+    @property
+    def flip_rate(self) -> float | None:
+        return self.flipped / self.multi_sampled if self.multi_sampled else None
+
+    @property
+    def tally(self) -> Tally:
+        return Tally.of(self.counts)
 
     @property
     def total(self) -> int:
@@ -252,7 +284,8 @@ def _answer_of(result: JobResult) -> Answer:
     return Answer(text=result.text, error=result.error)
 
 
-JudgeLookup = Callable[[str, OraclePrediction, str], JudgeVerdict]
+# (exact prompt, oracle, answer, language) -> the judge's verdict
+JudgeLookup = Callable[[str, OraclePrediction, str, str], JudgeVerdict]
 
 
 def evaluate_test(
@@ -274,7 +307,7 @@ def evaluate_test(
     for i, (verdict, answer) in enumerate(zip(literal.answers, answers, strict=True)):
         if verdict.outcome != Outcome.FAILED or answer.text is None:
             continue
-        opinion = judge(test.instances[i].prompt, test.oracle, answer.text)
+        opinion = judge(test.instances[i].prompt, test.oracle, answer.text, test.language)
         judged[i] = opinion
         if opinion.verdict == "pass":
             updated[i] = AnswerVerdict(Outcome.PASSED, f"judge: {opinion.reason}")
@@ -285,25 +318,71 @@ def evaluate_test(
 
 
 def summarise(evaluations: list[EvaluationRecord]) -> list[GlobalRow]:
-    groups: dict[tuple[str, str, str, str, str, str], tuple[Requirement, Counter[str]]] = {}
+    """One row per model, requirement, concern, language, input type and reflection type."""
+    groups: dict[tuple[str, str, str, str, str, str], list[EvaluationRecord]] = {}
     for e in evaluations:
         t = e.test.template
         key = (e.model, e.test.requirement.name, t.concern, t.language, t.input_type, t.reflection_type)
-        if key not in groups:
-            groups[key] = (e.test.requirement, Counter())
-        groups[key][1][e.verdict.outcome.value] += 1
-    return [
-        GlobalRow(
-            model=model,
-            requirement=requirement,
-            concern=concern,
-            language=language,
-            input_type=input_type,
-            reflection_type=reflection,
-            counts=dict(counts),
+        groups.setdefault(key, []).append(e)
+    rows = []
+    for (model, _, concern, language, input_type, reflection), members in groups.items():
+        per_template: dict[str, list[str]] = {}
+        for e in members:
+            per_template.setdefault(e.test.template.id, []).append(e.verdict.outcome.value)
+        flipped, multi_sampled = flip_rate(per_template.values())
+        bias = [r.bias.score for e in members for r in e.responses if r.bias and r.bias.score is not None]
+        pairs = [p for e in members for p in e.pairs]
+        rows.append(
+            GlobalRow(
+                model=model,
+                requirement=members[0].test.requirement,
+                concern=concern,
+                language=language,
+                input_type=input_type,
+                reflection_type=reflection,
+                counts=dict(Counter(e.verdict.outcome.value for e in members)),
+                flipped=flipped,
+                multi_sampled=multi_sampled,
+                bias_score=sum(bias) / len(bias) if bias else None,
+                counterfactual=summarise_pairs(pairs) if pairs else None,
+            )
         )
-        for (model, _, concern, language, input_type, reflection), (requirement, counts) in groups.items()
+    return rows
+
+
+def counterfactual_inputs(evaluation: EvaluationRecord) -> list[PairInput]:
+    """Every pair of answered instances of one template and sample."""
+    records = evaluation.responses
+    answers = [(r.instance.community_ids, r.result.text) for r in records]
+    template = evaluation.test.template
+    return [
+        PairInput(
+            model=evaluation.model,
+            template_id=template.id,
+            template_key=template.key,
+            concern=template.concern,
+            language=template.language,
+            sample=evaluation.sample,
+            communities_a=records[i].instance.community_ids,
+            communities_b=records[j].instance.community_ids,
+            answer_a=records[i].result.text or "",
+            answer_b=records[j].result.text or "",
+        )
+        for i, j in pairs_of(answers)
     ]
+
+
+def _with_counterfactual_pairs(
+    evaluations: list[EvaluationRecord], embedder: Embedder | None
+) -> list[EvaluationRecord]:
+    inputs = [counterfactual_inputs(e) for e in evaluations]
+    scored = score_pairs([p for group in inputs for p in group], embedder)
+    result, position = [], 0
+    for evaluation, group in zip(evaluations, inputs, strict=True):
+        pairs = tuple(scored[position : position + len(group)])
+        position += len(group)
+        result.append(replace(evaluation, pairs=pairs))
+    return result
 
 
 def _failed_answers(test: Test, answers: list[JobResult]) -> list[tuple[Instance, JobResult]]:
@@ -326,9 +405,17 @@ def execute_run(
     executor: Executor,
     *,
     judge_model: str | None = None,
+    bias_model: str | None = None,
+    embedder: Embedder | None = None,
     on_result: Callable[[PromptJob, JobResult], None] | None = None,
     on_phase: ProgressHook | None = None,
 ) -> RunResult:
+    """Answers every prompt of the plan, judges, scores and summarises.
+
+    judge_model re-checks literal failures when the scenario asks for it (useLLMEval);
+    bias_model, when given, scores the opinions in every answer; embedder adds the cosine
+    similarity of paired answers to the counterfactual metrics.
+    """
     timings: dict[str, float] = {}
     started = time.monotonic()
     jobs = plan.jobs()
@@ -350,7 +437,10 @@ def execute_run(
     if plan.scenario.use_llm_eval and judge_model:
         # Every answer the literal oracle failed goes to the judge in one concurrent batch.
         wanted = [
-            PromptJob(model=judge_model, request=judge_request(instance.prompt, test.oracle, answer.text or ""))
+            PromptJob(
+                model=judge_model,
+                request=judge_request(instance.prompt, test.oracle, answer.text or "", test.language),
+            )
             for model in models
             for test in plan.tests
             for sample in range(samples)
@@ -360,13 +450,42 @@ def execute_run(
             on_phase("judge", len(set(wanted)))
         judged = executor.run(wanted, on_result=on_result)
 
-        def judge_lookup(prompt: str, oracle: OraclePrediction, answer: str) -> JudgeVerdict:
-            reply = judged[PromptJob(model=judge_model, request=judge_request(prompt, oracle, answer))]
+        def judge_lookup(prompt: str, oracle: OraclePrediction, answer: str, language: str) -> JudgeVerdict:
+            reply = judged[PromptJob(model=judge_model, request=judge_request(prompt, oracle, answer, language))]
             if reply.text is None:
                 return JudgeVerdict(verdict=None, reason="", error=reply.error or "judge call failed")
             return parse_judge_reply(reply.text)
 
     timings["judge_s"] = time.monotonic() - judge_started
+
+    bias_scores: dict[PromptJob, BiasScore] = {}
+    if bias_model:
+        bias_started = time.monotonic()
+        wanted_bias = {
+            (model, instance.prompt, result.text, test.language): PromptJob(
+                model=bias_model, request=bias_request(instance.prompt, result.text, test.language)
+            )
+            for model in models
+            for test in plan.tests
+            for sample in range(samples)
+            for instance, result in zip(test.instances, answers_for(model, test, sample), strict=True)
+            if result.text is not None
+        }
+        if on_phase:
+            on_phase("bias score", len(set(wanted_bias.values())))
+        replies = executor.run(list(wanted_bias.values()), on_result=on_result)
+        for job, reply in replies.items():
+            bias_scores[job] = (
+                parse_bias_reply(reply.text)
+                if reply.text is not None
+                else BiasScore((), error=reply.error or "bias judge call failed")
+            )
+        timings["bias_s"] = time.monotonic() - bias_started
+
+    def bias_of(instance: Instance, result: JobResult, language: str) -> BiasScore | None:
+        if not bias_model or result.text is None:
+            return None
+        return bias_scores[PromptJob(model=bias_model, request=bias_request(instance.prompt, result.text, language))]
 
     responses: list[ResponseRecord] = []
     evaluations: list[EvaluationRecord] = []
@@ -386,6 +505,7 @@ def execute_run(
                         verdict=final.answers[i],
                         oracle_verdict=literal.answers[i],
                         judge=judged_answers[i],
+                        bias=bias_of(instance, answer, test.language),
                     )
                     for i, (instance, answer) in enumerate(zip(test.instances, answers, strict=True))
                 )
@@ -395,6 +515,9 @@ def execute_run(
                         model=model, test=test, sample=sample, verdict=final, oracle_verdict=literal, responses=records
                     )
                 )
+    metrics_started = time.monotonic()
+    evaluations = _with_counterfactual_pairs(evaluations, embedder)
+    timings["metrics_s"] = time.monotonic() - metrics_started
     timings["total_s"] = time.monotonic() - started
     usage: dict[str, dict[str, int]] = {}
     for job, result in results.items():
