@@ -1,5 +1,7 @@
 """An in-process OpenAI-compatible chat server for tests and benchmarks: real HTTP on 127.0.0.1.
 
+It also answers Ollama's native `POST /api/chat`.
+
 Answers are scripted by a function of the prompt; latency and HTTP failures (429 with
 Retry-After, 500, 401...) can be injected per request. Every request is recorded so tests can
 check what the engine really sent.
@@ -66,7 +68,8 @@ class FakeOpenAIServer:
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = json.loads(self.rfile.read(length) or b"{}")
-                if not self.path.rstrip("/").endswith("/chat/completions"):
+                ollama = self.path.rstrip("/") == "/api/chat"
+                if not (ollama or self.path.rstrip("/").endswith("/chat/completions")):
                     self._send(404, {"error": {"message": f"no route {self.path}"}})
                     return
                 prompt = _user_text(body)
@@ -82,6 +85,18 @@ class FakeOpenAIServer:
                     self._send(fault.status, {"error": {"message": fault.message, "type": "injected"}}, headers)
                     return
                 answer = server.responder(prompt, body)
+                if ollama:  # Ollama's native chat API
+                    self._send(
+                        200,
+                        {
+                            "model": body.get("model"),
+                            "message": {"role": "assistant", "content": answer},
+                            "done": True,
+                            "prompt_eval_count": len(prompt.split()),
+                            "eval_count": len(answer.split()),
+                        },
+                    )
+                    return
                 self._send(
                     200,
                     {

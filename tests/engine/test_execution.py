@@ -160,3 +160,23 @@ def test_it_maps_langbite_model_keys_and_rejects_unknown_ones() -> None:
         canonical_model("gpt:4")
     with pytest.raises(ConfigurationError, match="neither a LangBiTe model key"):
         canonical_model("GPT5Turbo")
+
+
+def test_it_talks_to_ollama_with_its_own_options(fake_llm: FakeOpenAIServer) -> None:
+    provider = create_provider("OLlamaMistral", base_url=fake_llm.base_url.removesuffix("/v1"))
+    response = provider.complete(ChatRequest(prompt="Hello?", temperature=0.0, max_tokens=7, seed=5))
+    assert response.text == "No." and response.completion_tokens == 1
+    body = fake_llm.requests[-1]
+    assert body["model"] == "mistral" and body["stream"] is False
+    assert body["options"] == {"temperature": 0.0, "num_predict": 7, "seed": 5}
+
+
+def test_it_reaches_a_hugging_face_endpoint_over_http(
+    fake_llm: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HF_TOKEN", "hf_test")
+    provider = create_provider(f"hf:{fake_llm.base_url.removesuffix('/v1')}", timeout_s=5)
+    response = provider.complete(ChatRequest(prompt="Hello?", temperature=0.0, max_tokens=9, seed=2))
+    assert response.text == "No."
+    body = fake_llm.requests[-1]
+    assert (body["temperature"], body["max_tokens"], body["seed"]) == (0.0, 9, 2)
