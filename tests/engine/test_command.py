@@ -168,7 +168,7 @@ def test_it_records_a_judge_reply_that_is_not_json_without_failing(
         ({"tokens": -5}, "tokens: -5 is out of range"),
         ({"aiModels": ["NoSuchModel"]}, "neither a LangBiTe model key"),
         ({"requirement": {"concern": "Speciesism"}}, "concern 'Speciesism' has no templates"),
-        ({"requirement": {"languages": ["de_de"], "communities": {}}}, "no template library for language de_de"),
+        ({"requirement": {"languages": ["zz_zz"], "communities": {}}}, "no template library for language zz_zz"),
     ],
 )
 def test_it_exits_2_on_bad_input_and_writes_nothing(
