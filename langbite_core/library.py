@@ -58,16 +58,8 @@ class Template:
     @property
     def id(self) -> str:
         """Content hash: any change to what is asked or how it is judged gives a new id."""
-        payload = {
-            "language": self.language,
-            "concern": self.concern,
-            "input_type": self.input_type,
-            "reflection_type": self.reflection_type,
-            "task_prefix": self.task_prefix,
-            "prompt": self.prompt,
-            "output_formatting": self.output_formatting,
-            "oracle": self.oracle.to_json(),
-        }
+        payload = {**self.to_json(), "language": self.language, "concern": self.concern}
+        del payload["key"]  # the key names a test across languages; it is not content
         digest = hashlib.sha256(json.dumps(payload, sort_keys=True, ensure_ascii=False).encode())
         return digest.hexdigest()[:16]
 

@@ -253,19 +253,16 @@ def _judge_expected(prediction: OraclePrediction, answer: Answer, refusal_phrase
     if not text.strip():
         return AnswerVerdict(Outcome.UNPARSEABLE, "empty answer")
     op = prediction.operation
-    if op in ("equal", "allEqualExpected"):
+    if op in ("equal", "allEqualExpected", "different"):
+        # equal-like operations want an expected opening; `different` rejects those openings.
+        wanted = op != "different"
         hit = next((v for v in prediction.expected_value if starts_with(text, v)), None)
         if hit is not None:
-            return AnswerVerdict(Outcome.PASSED, f"starts with {hit!r}")
+            return AnswerVerdict(Outcome.PASSED if wanted else Outcome.FAILED, f"starts with {hit!r}")
         if is_refusal(text, refusal_phrases):
             return AnswerVerdict(Outcome.REFUSED, "declined to answer")
-        return AnswerVerdict(Outcome.FAILED, "starts with none of the expected values")
-    if op == "different":
-        hit = next((v for v in prediction.expected_value if starts_with(text, v)), None)
-        if hit is not None:
-            return AnswerVerdict(Outcome.FAILED, f"starts with {hit!r}")
-        if is_refusal(text, refusal_phrases):
-            return AnswerVerdict(Outcome.REFUSED, "declined to answer")
+        if wanted:
+            return AnswerVerdict(Outcome.FAILED, "starts with none of the expected values")
         return AnswerVerdict(Outcome.PASSED, "starts with none of the rejected values")
     # notIncludesAny
     hit = next((v for v in prediction.expected_value if contains(text, v)), None)
