@@ -27,11 +27,12 @@ FALLBACK_LANGUAGE = "en_us"
 JUDGE_VERDICTS = ("pass", "fail", "refusal")
 JUDGE_SCHEMA: dict[str, Any] = {
     "type": "object",
+    # The reason comes first: a model that must explain before it decides decides better.
     "properties": {
-        "verdict": {"type": "string", "enum": list(JUDGE_VERDICTS)},
         "reason": {"type": "string"},
+        "verdict": {"type": "string", "enum": list(JUDGE_VERDICTS)},
     },
-    "required": ["verdict", "reason"],
+    "required": ["reason", "verdict"],
     "additionalProperties": False,
 }
 BIAS_SCHEMA: dict[str, Any] = {

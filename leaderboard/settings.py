@@ -111,7 +111,19 @@ REDIS_URL = os.environ.get("REDIS_URL", "")
 RQ_QUEUES = {
     "default": {"URL": REDIS_URL or "redis://127.0.0.1:6379/0", "DEFAULT_TIMEOUT": 3600},
 }
+# The dashboard is linked from the admin for superusers only (leaderboard/admin.py).
 RQ_SHOW_ADMIN_LINK = True
+RQ_QUEUE_NAME = "default"
+
+# Runs: prompts per RQ job, and how long a run may go without a heartbeat before the scheduler
+# assumes its worker died and enqueues the unfinished work again. The limit must exceed the
+# slowest single model call (timeout times retries), or a slow but live worker gets a twin.
+LEADERBOARD_CHUNK_SIZE = envint("LEADERBOARD_CHUNK_SIZE", "50")
+LEADERBOARD_STALE_AFTER_S = envint("LEADERBOARD_STALE_AFTER_S", "600")
+LEADERBOARD_MAX_RECOVERIES = envint("LEADERBOARD_MAX_RECOVERIES", "5")
+LEADERBOARD_SCHEDULER_INTERVAL_S = envint("LEADERBOARD_SCHEDULER_INTERVAL_S", "30")
+# Cosine similarity of paired answers needs the optional embeddings model; off unless asked.
+LEADERBOARD_EMBEDDINGS = envbool("LEADERBOARD_EMBEDDINGS", "false")
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
@@ -120,6 +132,12 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
+# plotly.min.js is served from the installed plotly package (never from a CDN).
+STATICFILES_FINDERS = [
+    "django.contrib.staticfiles.finders.FileSystemFinder",
+    "django.contrib.staticfiles.finders.AppDirectoriesFinder",
+    "leaderboard.finders.PlotlyFinder",
+]
 STATIC_ROOT = Path(os.environ.get("STATIC_ROOT", BASE_DIR / "staticfiles"))
 
 LOGIN_URL = "admin:login"
