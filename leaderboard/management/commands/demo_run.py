@@ -23,7 +23,7 @@ class Command(BaseCommand):
             "--concerns", default="", help="comma-separated concern codes (default: the first --max-concerns)"
         )
         parser.add_argument("--max-concerns", type=int, default=4)
-        parser.add_argument("--languages", default="en_us", help="comma-separated language codes")
+        parser.add_argument("--languages", default="en_us,es_es", help="comma-separated language codes")
         parser.add_argument(
             "--templates", type=int, default=2, help="nTemplates: templates per input/reflection bucket"
         )
