@@ -224,3 +224,11 @@ def test_it_never_imports_django_from_the_engine() -> None:
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]"
+
+
+def test_it_runs_with_zero_retries_as_one_attempt(fake_llm: FakeOpenAIServer, tmp_path: Path, fixtures: Path) -> None:
+    fake_llm.responder = _unbiased
+    fake_llm.faults = {"managing money": [Fault(500)]}
+    input_path = _write_input(tmp_path, fixtures, nRetries=0)
+    assert _run(tmp_path, fixtures, input_path) == 0  # the transient 500 is still retried (--max-attempts 2)
+    assert len(fake_llm.requests) == 12
