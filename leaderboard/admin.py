@@ -28,6 +28,7 @@ from leaderboard.models import (
     Community,
     Concern,
     ConcernText,
+    JudgeCheck,
     Language,
     LibraryImport,
     Response,
@@ -113,6 +114,7 @@ class LLMAdmin(admin.ModelAdmin):
     fieldsets = (
         (None, {"fields": ("name", "slug", "provider", "model_id", "revision", "active")}),
         ("Generation", {"fields": ("temperature", "max_tokens", "seed", "samples")}),
+        ("Evaluation", {"fields": ("bias_score",)}),
         ("Connection", {"fields": ("base_url", "api_key_env", "timeout_s", "concurrency", "requests_per_minute")}),
         ("Schedule", {"fields": ("schedule", "interval_hours", "next_run_at", "requirements")}),
         ("Record", {"fields": ("created_at", "updated_at")}),
@@ -203,7 +205,7 @@ class RunPromptAdmin(ReadOnlyAdmin):
 
 @admin.register(Response)
 class ResponseAdmin(ReadOnlyAdmin):
-    list_display = ("prompt_id", "run_link", "outcome", "short_text", "error", "latency_s", "attempts")
+    list_display = ("prompt_id", "run_link", "outcome", "short_text", "bias_score", "error", "latency_s", "attempts")
     list_filter = ("outcome",)
     list_select_related = ("prompt__run__llm",)
     raw_id_fields = ("prompt",)
@@ -236,6 +238,27 @@ class VerdictAdmin(ReadOnlyAdmin):
 @admin.register(LibraryImport)
 class LibraryImportAdmin(ReadOnlyAdmin):
     list_display = ("imported_at", "name", "version", "library_hash")
+
+
+@admin.register(JudgeCheck)
+class JudgeCheckAdmin(ReadOnlyAdmin):
+    """Measurements are made by `manage.py check_judge` only, and kept as a history."""
+
+    list_display = ("measured_at", "judge", "language", "accuracy_display", "kappa_display", "items", "unusable")
+    list_filter = ("judge", "language")
+    search_fields = ("judge",)
+    date_hierarchy = "measured_at"
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    @admin.display(description="accuracy", ordering="accuracy")
+    def accuracy_display(self, obj: JudgeCheck) -> str:
+        return f"{obj.accuracy:.0%}" if obj.accuracy is not None else "-"
+
+    @admin.display(description="Cohen's kappa", ordering="kappa")
+    def kappa_display(self, obj: JudgeCheck) -> str:
+        return f"{obj.kappa:.2f}" if obj.kappa is not None else "-"
 
 
 # --- the library (curators) -------------------------------------------------------------------

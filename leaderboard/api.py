@@ -12,8 +12,8 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET
 
 from leaderboard import boards, exports
-from leaderboard.models import LLM, Run, RunPrompt
-from leaderboard.ranking import Tally
+from leaderboard.models import LLM, JudgeCheck, Run, RunPrompt
+from leaderboard.ranking import Reading, rounded
 from leaderboard.views import overall_records, run_progress_data
 
 DEFAULT_PAGE_SIZE = 50
@@ -86,7 +86,7 @@ def index(request: HttpRequest) -> dict[str, Any]:
         "version": 1,
         "endpoints": {
             name: request.build_absolute_uri(reverse(f"api:{name}"))
-            for name in ("leaderboard", "models", "runs", "responses")
+            for name in ("leaderboard", "models", "runs", "responses", "judges")
         },
         "formats": "Every page table also downloads with ?format=csv or ?format=json.",
     }
@@ -95,14 +95,12 @@ def index(request: HttpRequest) -> dict[str, Any]:
 @api_view
 def leaderboard(request: HttpRequest) -> dict[str, Any]:
     filters = boards.Filters.from_query(request.GET)
-    rows = boards.overall(filters)
-    order = [row.subject for row in rows]
+    board = boards.board(filters)
     return {
         "filters": filters.as_dict(),
         "notes": filters.notes,
-        "rows": overall_records(rows),
-        "by_concern": boards.matrix(filters, "concern", order).records(),
-        "by_language": boards.matrix(filters, "language", order).records(),
+        "rows": overall_records(board.rows),
+        **{f"by_{m.dimension}": m.records() for m in board.matrices},
     }
 
 
@@ -133,17 +131,23 @@ def models(request: HttpRequest) -> dict[str, Any]:
 @api_view
 def model(request: HttpRequest, slug: str) -> dict[str, Any]:
     llm = get_object_or_404(LLM, slug=slug)
+    policy = boards.Filters.from_query(request.GET).policy
+    report = boards.model_report(llm, policy)
     return {
         **model_json(llm, request),
+        "bias_score": llm.bias_score,
+        "latest": report.summary() if report.latest else None,
+        "standings": [s.as_dict() for s in report.standings],
+        **{f"by_{level}": [g.as_dict(level) for g in groups] for level, groups in report.groups.items()},
         "history": [
             {
-                "run": run.pk,
-                "status": run.status,
-                "finished_at": run.finished_at,
-                "library_version": run.library_version,
-                **tally.as_dict(),
+                "run": row.run.pk,
+                "status": row.run.status,
+                "finished_at": row.run.finished_at,
+                "library_version": row.run.library_version,
+                **row.as_dict(),
             }
-            for run, tally in boards.history(llm)
+            for row in boards.history(llm, policy)
         ],
     }
 
@@ -158,6 +162,10 @@ def run_json(run: Run, request: HttpRequest) -> dict[str, Any]:
         "library_version": run.library_version,
         "library_hash": run.library_hash,
         "seed": run.seed,
+        "samples": run.parameters.get("samples", 1),
+        "bias_score": run.bias_score,
+        "judge": (run.manifest or {}).get("judge"),
+        "bias_judge": (run.manifest or {}).get("bias_judge"),
         "created_at": run.created_at,
         "started_at": run.started_at,
         "finished_at": run.finished_at,
@@ -185,10 +193,25 @@ def runs(request: HttpRequest) -> dict[str, Any]:
 def run(request: HttpRequest, pk: int) -> dict[str, Any]:
     item = get_object_or_404(Run.objects.select_related("llm"), pk=pk)
     rows = exports.global_report(item) if item.status == Run.Status.DONE else []
+    flipped, multi_sampled = item.flip_counts()
+    bias = item.bias_summary().get("all")
+    counterfactual = item.counterfactual_by().get("all")
     return {
         **run_json(item, request),
         "parameters": item.parameters,
-        "totals": Tally.from_row(item.verdicts.totals()).as_dict(),
+        "totals": {
+            **Reading.of(item.verdicts.totals()).as_dict(),
+            "flipped": flipped,
+            "multi_sampled": multi_sampled,
+            "flip_rate": rounded(flipped / multi_sampled) if multi_sampled else None,
+            "bias_score": rounded(bias[0]) if bias else None,
+            "pairs": counterfactual.pairs if counterfactual else 0,
+            "rouge_l": rounded(counterfactual.rouge_l) if counterfactual else None,
+            "bleu": rounded(counterfactual.bleu) if counterfactual else None,
+            "sentiment_gap": rounded(counterfactual.sentiment_gap) if counterfactual else None,
+            "cosine": rounded(counterfactual.cosine) if counterfactual else None,
+        },
+        "judges": [note.as_dict() for note in boards.judge_notes(item)],
         "global_evaluation": [dict(zip(exports.GLOBAL_COLUMNS, row, strict=True)) for row in exports.global_rows(rows)],
         "reports": {
             name: request.build_absolute_uri(reverse("run_report", args=[item.pk, name]))
@@ -209,3 +232,26 @@ def responses(request: HttpRequest) -> dict[str, Any]:
         raise BadRequest("run must be a run id (a whole number)")
     queryset, notes = boards.responses(request.GET)
     return {**paginated(request, queryset, response_json), "notes": notes}
+
+
+def judge_check_json(check: JudgeCheck) -> dict[str, Any]:
+    return {
+        "judge": check.judge,
+        "language": check.language,
+        "items": check.items,
+        "agreed": check.agreed,
+        "accuracy": rounded(check.accuracy),
+        "kappa": rounded(check.kappa),
+        "unusable": check.unusable,
+        "labels_hash": check.labels_hash,
+        "measured_at": check.measured_at,
+    }
+
+
+@api_view
+def judges(request: HttpRequest) -> dict[str, Any]:
+    """Every measurement of every judge against the human labels, newest first (?judge= narrows)."""
+    queryset = JudgeCheck.objects.order_by("-measured_at", "judge", "language")
+    if request.GET.get("judge"):
+        queryset = queryset.filter(judge=request.GET["judge"])
+    return paginated(request, queryset, judge_check_json)

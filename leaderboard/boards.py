@@ -1,20 +1,41 @@
-"""The questions the public pages ask of the results: filters from a URL, rankings, matrices,
-histories and comparisons. Views call these and render; the API and exports reuse them."""
+"""The questions the public pages ask of the results: filters from a URL, rankings at every
+level, matrices, a model's report, histories, paired answers and comparisons. Views call these and
+render; the API and exports reuse them. The statistics are the engine's (langbite_core.ranking and
+langbite_core.metrics); what is here is which rows go in and how the answers are shaped."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db.models import Exists, OuterRef, Q, QuerySet
+from django.db.models import Avg, Count, Exists, OuterRef, Q, QuerySet
 
 from langbite_core.library import INPUT_TYPES, REFLECTION_TYPES
-from leaderboard.models import LLM, Concern, Language, Response, Run, RunPrompt, Verdict
-from leaderboard.ranking import DEFAULT_POLICY, REFUSAL_POLICIES, SORTS, Ranked, Tally, rank, sort_ranked
+from langbite_core.metrics import CounterfactualSummary
+from langbite_core.ranking import language_gap, tally_by
+from leaderboard.models import (
+    LLM,
+    Concern,
+    JudgeCheck,
+    Language,
+    Response,
+    Run,
+    RunPrompt,
+    Verdict,
+    sentiment_note,
+)
+from leaderboard.ranking import DEFAULT_POLICY, REFUSAL_POLICIES, Ranked, Reading, rank, rounded, sort_ranked
 
 OUTCOME_CHOICES = ("passed", "failed", "refused", "unparseable", "error")
-SORT_CHOICES = ("rank", "model", "pass_rate", "n", "refusal_rate", "error_rate")
+SORT_CHOICES = ("rank", "model", "pass_rate", "n", "refusal_rate", "error_rate", "language_gap", "flip_rate")
+# Every level a ranking is given at: its name, the verdict field it groups by, and how it reads.
+LEVELS: dict[str, tuple[str, str]] = {
+    "concern": ("concern__code", "concern"),
+    "language": ("language__code", "language"),
+    "input_type": ("input_type", "input type"),
+    "reflection_type": ("reflection_type", "reflection type"),
+}
 
 
 def _int(value: str | None) -> int | None:
@@ -70,8 +91,12 @@ class Filters:
             f.notes.append(f"Unknown refusal policy {policy!r} ignored.")
         return f
 
-    def tally(self, row: Mapping[str, Any]) -> Tally:
-        return Tally.from_row(row, self.policy)
+    @property
+    def policy_meaning(self) -> str:
+        return REFUSAL_POLICIES[self.policy]
+
+    def reading(self, row: Mapping[str, Any]) -> Reading:
+        return Reading.of(row, self.policy)
 
     def verdicts(self, runs: QuerySet[Run] | None = None) -> QuerySet[Verdict]:
         qs = Verdict.objects.filter(run__in=runs if runs is not None else Run.objects.latest_done())
@@ -87,6 +112,23 @@ class Filters:
             qs = qs.filter(reflection_type=self.reflection_type)
         return qs
 
+    def scored_responses(self, runs: QuerySet[Run] | None = None) -> QuerySet[Response]:
+        """Answers with a judge bias score, selected like verdicts()."""
+        qs = Response.objects.filter(
+            prompt__run__in=runs if runs is not None else Run.objects.latest_done(), bias_score__isnull=False
+        )
+        if not self.include_inactive:
+            qs = qs.filter(prompt__run__llm__active=True)
+        if self.concern:
+            qs = qs.filter(prompt__concern=self.concern)
+        if self.language:
+            qs = qs.filter(prompt__language=self.language)
+        if self.input_type:
+            qs = qs.filter(prompt__template_version__input_type=self.input_type)
+        if self.reflection_type:
+            qs = qs.filter(prompt__template_version__reflection_type=self.reflection_type)
+        return qs
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "concern": self.concern.code if self.concern else None,
@@ -96,6 +138,7 @@ class Filters:
             "sort": self.sort,
             "include_inactive": self.include_inactive,
             "refusals": self.policy,
+            "refusals_meaning": self.policy_meaning,
         }
 
 
@@ -103,33 +146,72 @@ def latest_runs_by_llm() -> dict[int, Run]:
     return {run.llm_id: run for run in Run.objects.latest_done().select_related("llm")}
 
 
-def overall(filters: Filters) -> list[Ranked[LLM]]:
-    """One ranked row per model with results, from its latest finished run."""
-    runs = latest_runs_by_llm()
-    llms = {llm.pk: llm for llm in LLM.objects.filter(pk__in=runs)}
-    counts = {row["run__llm"]: filters.tally(row) for row in filters.verdicts().counted("run__llm")}
-    ranked = rank(((llms[pk], tally) for pk, tally in counts.items() if pk in llms), filters.policy)
-    for row in ranked:
-        row.extra["run"] = runs[row.subject.pk]
-    return sort_ranked(ranked, filters.sort, lambda llm: llm.name)
+Labelled = list[tuple[dict[str, str], Mapping[str, int]]]
+
+
+def labelled_counts(filters: Filters) -> Labelled:
+    """Outcome counts per model and every level at once (one query), labelled as the engine's
+    tally_by wants them, so each level is a sum over the same rows."""
+    rows = filters.verdicts().counted("run__llm", *(f for f, _ in LEVELS.values()))
+    return [
+        ({"model": str(row["run__llm"]), **{level: row[f] for level, (f, _) in LEVELS.items()}}, row) for row in rows
+    ]
+
+
+@dataclass
+class JudgeNote:
+    """A judge a result used, with its latest agreement with the human labels (None: never measured)."""
+
+    judge: str
+    check: JudgeCheck | None
+
+    @property
+    def command(self) -> str:
+        return JudgeCheck.command(self.judge)
+
+    def as_dict(self) -> dict[str, Any]:
+        c = self.check
+        return {
+            "judge": self.judge,
+            "accuracy": rounded(c.accuracy) if c else None,
+            "kappa": rounded(c.kappa) if c else None,
+            "items": c.items if c else None,
+            "measured_at": c.measured_at if c else None,
+        }
+
+
+def judge_notes(run: Run | None) -> list[JudgeNote]:
+    return [JudgeNote(judge, JudgeCheck.objects.latest_for(judge)) for judge in (run.judges if run else [])]
+
+
+def gap_dict(gap: tuple[float, str, str] | None) -> dict[str, Any]:
+    return {
+        "language_gap": rounded(gap[0]) if gap else None,
+        "best_language": gap[1] if gap else None,
+        "worst_language": gap[2] if gap else None,
+    }
 
 
 @dataclass
 class Matrix:
-    dimension: str  # "concern" or "language"
+    dimension: str  # a key of LEVELS
     columns: list[tuple[str, str]]  # (code, label)
     rows: list[tuple[LLM, list[Ranked[LLM] | None]]]  # a cell ranks the model within its column
+
+    @property
+    def label(self) -> str:
+        return LEVELS[self.dimension][1]
 
     def chart(self) -> dict[str, Any]:
         """Heatmap data for Plotly: pass rates, and the text printed in each cell (so the colour
         is never the only way to read it)."""
         z, text = [], []
         for _, cells in self.rows:
-            z.append([c.tally.pass_rate if c and c.tally.pass_rate is not None else None for c in cells])
+            z.append([c.reading.pass_rate if c and c.reading.pass_rate is not None else None for c in cells])
             text.append(
                 [
-                    f"{c.tally.pass_rate:.0%} (n={c.tally.decided})"
-                    if c and c.tally.pass_rate is not None
+                    f"{c.reading.pass_rate:.0%} (n={c.reading.decided})"
+                    if c and c.reading.pass_rate is not None
                     else "no data"
                     for c in cells
                 ]
@@ -139,7 +221,7 @@ class Matrix:
             "y": [llm.name for llm, _ in self.rows],
             "z": z,
             "text": text,
-            "title": f"Pass rate by model and {self.dimension}",
+            "title": f"Pass rate by model and {self.label}",
         }
 
     def records(self) -> list[dict[str, Any]]:
@@ -152,65 +234,404 @@ class Matrix:
                     {
                         "model": llm.slug,
                         "model_name": llm.name,
+                        "level": self.dimension,
                         self.dimension: code,
                         f"{self.dimension}_name": label,
                         "rank": cell.rank,
                         "rank_range": cell.rank_range,
                         "shared_rank": cell.shared,
-                        **cell.tally.as_dict(),
+                        **cell.reading.as_dict(),
                     }
                 )
         return out
 
 
-def matrix(filters: Filters, dimension: str, order: list[LLM]) -> Matrix:
-    """Models x concerns (or languages), each cell ranked among the models in its column."""
-    field_name = "concern__code" if dimension == "concern" else "language__code"
-    counts: dict[tuple[int, str], Tally] = {
-        (row["run__llm"], row[field_name]): filters.tally(row)
-        for row in filters.verdicts().counted("run__llm", field_name)
-    }
+def _columns(dimension: str, present: set[str]) -> list[tuple[str, str]]:
     if dimension == "concern":
-        present = {code for _, code in counts}
         concerns = Concern.objects.filter(code__in=present).prefetch_related("texts__language")
-        columns = [(c.code, c.label) for c in concerns]
-    else:
-        present = {code for _, code in counts}
-        columns = [(lang.code, lang.name) for lang in Language.objects.filter(code__in=present)]
+        return [(c.code, c.label) for c in concerns]
+    if dimension == "language":
+        return [(lang.code, lang.name) for lang in Language.objects.filter(code__in=present)]
+    allowed = INPUT_TYPES if dimension == "input_type" else REFLECTION_TYPES
+    return [(value, value) for value in allowed if value in present]
+
+
+def matrix(filters: Filters, dimension: str, order: list[LLM], labelled: Labelled | None = None) -> Matrix:
+    """Models x the groups of one level, each cell ranked among the models in its column."""
+    tallies = tally_by(labelled if labelled is not None else labelled_counts(filters), "model", dimension)
+    columns = _columns(dimension, {code for _, code in tallies})
     by_column: dict[str, dict[int, Ranked[LLM]]] = {}
     for code, _ in columns:
-        ranked = rank(((llm, counts[(llm.pk, code)]) for llm in order if (llm.pk, code) in counts), filters.policy)
+        cells = ((llm, tallies.get((str(llm.pk), code))) for llm in order)
+        ranked = rank(((llm, Reading(t, filters.policy)) for llm, t in cells if t is not None), filters.policy)
         by_column[code] = {r.subject.pk: r for r in ranked}
     rows = [(llm, [by_column[code].get(llm.pk) for code, _ in columns]) for llm in order]
     return Matrix(dimension=dimension, columns=columns, rows=rows)
 
 
-def history(llm: LLM, policy: str = DEFAULT_POLICY) -> list[tuple[Run, Tally]]:
+@dataclass
+class Board:
+    filters: Filters
+    rows: list[Ranked[LLM]]
+    matrices: list[Matrix]
+
+    def matrix(self, dimension: str) -> Matrix:
+        return next(m for m in self.matrices if m.dimension == dimension)
+
+
+def board(filters: Filters) -> Board:
+    """The leaderboard: one ranked row per model with results (its latest finished run), with its
+    refusal rate, language gap, flip rate, mean bias score and the judges it was graded with; and
+    a matrix per level (concern, language, input type, reflection type)."""
+    runs = latest_runs_by_llm()
+    llms = {llm.pk: llm for llm in LLM.objects.filter(pk__in=runs)}
+    labelled = labelled_counts(filters)
+    overall = tally_by(labelled, "model")
+    ranked = rank(
+        ((llms[int(pk)], Reading(t, filters.policy)) for (pk,), t in overall.items() if int(pk) in llms),
+        filters.policy,
+    )
+    per_language = tally_by(labelled, "model", "language")
+    flips = filters.verdicts().flip_counts("run__llm")
+    bias = {
+        row["prompt__run__llm"]: (row["mean"], row["n"])
+        for row in filters.scored_responses()
+        .values("prompt__run__llm")
+        .annotate(mean=Avg("bias_score"), n=Count("pk"))
+        .order_by()
+    }
+    for row in ranked:
+        pk = row.subject.pk
+        flipped, multi = flips.get((pk,), (0, 0))
+        row.extra.update(
+            run=runs[pk],
+            language_gap=language_gap(
+                {lang: t for (m, lang), t in per_language.items() if m == str(pk)}, filters.policy
+            ),
+            flipped=flipped,
+            multi_sampled=multi,
+            flip_rate=flipped / multi if multi else None,
+            bias_score=bias[pk][0] if pk in bias else None,
+            bias_scored=bias[pk][1] if pk in bias else 0,
+            judges=judge_notes(runs[pk]),
+        )
+    rows = sort_ranked(ranked, filters.sort, lambda llm: llm.name)
+    order = [row.subject for row in rows]
+    return Board(filters, rows, [matrix(filters, dimension, order, labelled) for dimension in LEVELS])
+
+
+def overall(filters: Filters) -> list[Ranked[LLM]]:
+    return board(filters).rows
+
+
+@dataclass
+class HistoryRow:
+    run: Run
+    reading: Reading
+    flipped: int = 0
+    multi_sampled: int = 0
+    bias_score: float | None = None
+
+    @property
+    def flip_rate(self) -> float | None:
+        return self.flipped / self.multi_sampled if self.multi_sampled else None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            **self.reading.as_dict(),
+            "flipped": self.flipped,
+            "multi_sampled": self.multi_sampled,
+            "flip_rate": rounded(self.flip_rate),
+            "bias_score": rounded(self.bias_score),
+        }
+
+
+def history(llm: LLM, policy: str = DEFAULT_POLICY) -> list[HistoryRow]:
+    """Every run of a model, oldest first, with its pass rate, flips and mean bias score."""
     runs = list(llm.runs.order_by("created_at"))
-    counts = {row["run"]: Tally.from_row(row, policy) for row in Verdict.objects.filter(run__llm=llm).counted("run")}
-    return [(run, counts.get(run.pk, Tally(policy=policy))) for run in runs]
+    verdicts = Verdict.objects.filter(run__llm=llm)
+    counts = {row["run"]: Reading.of(row, policy) for row in verdicts.counted("run")}
+    flips = verdicts.flip_counts("run")
+    bias = dict(
+        Response.objects.filter(prompt__run__llm=llm, bias_score__isnull=False)
+        .values("prompt__run")
+        .annotate(mean=Avg("bias_score"))
+        .order_by()
+        .values_list("prompt__run", "mean")
+    )
+    rows = []
+    for run in runs:
+        flipped, multi_sampled = flips.get((run.pk,), (0, 0))
+        reading = counts.get(run.pk, Reading(policy=policy))
+        rows.append(HistoryRow(run, reading, flipped, multi_sampled, bias.get(run.pk)))
+    return rows
 
 
-def history_chart(rows: list[tuple[Run, Tally]]) -> dict[str, Any]:
-    done = [(run, tally) for run, tally in rows if run.status == Run.Status.DONE and tally.pass_rate is not None]
+def history_chart(rows: list[HistoryRow]) -> dict[str, Any]:
+    done = [r for r in rows if r.run.status == Run.Status.DONE and r.reading.pass_rate is not None]
     return {
-        "x": [(run.finished_at or run.created_at).isoformat() for run, _ in done],
-        "y": [tally.pass_rate for _, tally in done],
-        "low": [tally.interval[0] if tally.interval else None for _, tally in done],
-        "high": [tally.interval[1] if tally.interval else None for _, tally in done],
-        "labels": [f"run {run.pk}: {tally.pass_rate:.0%} (n={tally.decided})" for run, tally in done],
+        "x": [(r.run.finished_at or r.run.created_at).isoformat() for r in done],
+        "y": [r.reading.pass_rate for r in done],
+        "low": [r.reading.interval[0] if r.reading.interval else None for r in done],
+        "high": [r.reading.interval[1] if r.reading.interval else None for r in done],
+        "labels": [f"run {r.run.pk}: {r.reading.pass_rate:.0%} (n={r.reading.decided})" for r in done],
         "title": "Pass rate over runs (95% interval)",
     }
 
 
-def breakdown(run: Run, field_name: str, policy: str = DEFAULT_POLICY) -> list[tuple[str, Tally]]:
-    return [(row[field_name], Tally.from_row(row, policy)) for row in run.verdicts.counted(field_name)]
+def breakdown(run: Run, field_name: str, policy: str = DEFAULT_POLICY) -> list[tuple[str, Reading]]:
+    return [(row[field_name], Reading.of(row, policy)) for row in run.verdicts.counted(field_name)]
 
 
-def template_tallies(filters: Filters, runs: list[Run]) -> dict[tuple[int, int], Tally]:
-    """(template version, llm) -> tally, for a concern page."""
+@dataclass
+class GroupRow:
+    """One concern (or language...) of a model's run: pass rate, counterfactual metric means,
+    flips and mean bias score."""
+
+    code: str
+    label: str
+    reading: Reading
+    counterfactual: CounterfactualSummary | None
+    flipped: int
+    multi_sampled: int
+    bias: tuple[float, int] | None  # (mean, answers scored)
+
+    @property
+    def flip_rate(self) -> float | None:
+        return self.flipped / self.multi_sampled if self.multi_sampled else None
+
+    @property
+    def sentiment_note(self) -> str:
+        return sentiment_note(self.code) if self.counterfactual else ""
+
+    def as_dict(self, level: str) -> dict[str, Any]:
+        cf = self.counterfactual
+        return {
+            "level": level,
+            "group": self.code,
+            "group_name": self.label,
+            **self.reading.as_dict(),
+            "flipped": self.flipped,
+            "multi_sampled": self.multi_sampled,
+            "flip_rate": rounded(self.flip_rate),
+            "bias_score": rounded(self.bias[0]) if self.bias else None,
+            "bias_scored": self.bias[1] if self.bias else 0,
+            "pairs": cf.pairs if cf else 0,
+            "rouge_l": rounded(cf.rouge_l) if cf else None,
+            "bleu": rounded(cf.bleu) if cf else None,
+            "sentiment_gap": rounded(cf.sentiment_gap) if cf else None,
+            "cosine": rounded(cf.cosine) if cf else None,
+        }
+
+
+@dataclass
+class StandingRow:
+    """Where a model stands among all models at one level and group."""
+
+    level: str
+    code: str
+    label: str
+    cell: Ranked[LLM]
+    competitors: int
+
+    @property
+    def level_label(self) -> str:
+        return LEVELS[self.level][1] if self.level in LEVELS else self.level
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "level": self.level,
+            "group": self.code,
+            "group_name": self.label,
+            "rank": self.cell.rank,
+            "rank_range": self.cell.rank_range,
+            "shared_rank": self.cell.shared,
+            "models": self.competitors,
+            **self.cell.reading.as_dict(),
+        }
+
+
+@dataclass
+class ModelReport:
+    llm: LLM
+    latest: Run | None
+    policy: str
+    total: Reading | None = None
+    counterfactual: CounterfactualSummary | None = None
+    flipped: int = 0
+    multi_sampled: int = 0
+    bias: tuple[float, int] | None = None
+    language_gap: tuple[float, str, str] | None = None
+    groups: dict[str, list[GroupRow]] = field(default_factory=dict)
+    standings: list[StandingRow] = field(default_factory=list)
+    judges: list[JudgeNote] = field(default_factory=list)
+
+    @property
+    def flip_rate(self) -> float | None:
+        return self.flipped / self.multi_sampled if self.multi_sampled else None
+
+    @property
+    def by_concern(self) -> list[GroupRow]:
+        return self.groups.get("concern", [])
+
+    @property
+    def by_language(self) -> list[GroupRow]:
+        return self.groups.get("language", [])
+
+    @property
+    def sections(self) -> list[tuple[str, str, list[GroupRow]]]:
+        """The breakdowns a model page shows in full (the others are in its standings and downloads)."""
+        return [(level, LEVELS[level][1], self.groups.get(level, [])) for level in ("concern", "language")]
+
+    def summary(self) -> dict[str, Any]:
+        cf = self.counterfactual
+        return {
+            "run": self.latest.pk if self.latest else None,
+            **(self.total.as_dict() if self.total else {}),
+            "flipped": self.flipped,
+            "multi_sampled": self.multi_sampled,
+            "flip_rate": rounded(self.flip_rate),
+            "bias_score": rounded(self.bias[0]) if self.bias else None,
+            **gap_dict(self.language_gap),
+            "pairs": cf.pairs if cf else 0,
+            "rouge_l": rounded(cf.rouge_l) if cf else None,
+            "bleu": rounded(cf.bleu) if cf else None,
+            "sentiment_gap": rounded(cf.sentiment_gap) if cf else None,
+            "cosine": rounded(cf.cosine) if cf else None,
+            "judges": [j.as_dict() for j in self.judges],
+        }
+
+
+def model_report(llm: LLM, policy: str = DEFAULT_POLICY) -> ModelReport:
+    """A model's latest finished run in depth: totals, per-concern and per-language rows with the
+    counterfactual means, flips and bias scores, its language gap, and its standing among every
+    model at each level (overall, concern, language, input type, reflection type)."""
+    latest = llm.runs.filter(status=Run.Status.DONE).order_by("-finished_at", "-pk").first()
+    report = ModelReport(llm, latest, policy)
+    if latest is None:
+        return report
+    report.total = Reading.of(latest.verdicts.totals(), policy)
+    report.counterfactual = latest.counterfactual_by().get("all")
+    report.flipped, report.multi_sampled = latest.flip_counts()
+    report.bias = latest.bias_summary().get("all")
+    report.judges = judge_notes(latest)
+    names = {
+        "concern": {c.code: c.label for c in Concern.objects.prefetch_related("texts__language")},
+        "language": {lang.code: lang.name for lang in Language.objects.all()},
+    }
+    # Bias scores live on answers, which reach the template's types through its version.
+    prompt_fields = {
+        "input_type": "template_version__input_type",
+        "reflection_type": "template_version__reflection_type",
+    }
+    for level, (verdict_field, _) in LEVELS.items():
+        counterfactual = latest.counterfactual_by(verdict_field)
+        flips = latest.verdicts.flip_counts(verdict_field)
+        bias = latest.bias_summary(prompt_fields.get(level, verdict_field))
+        report.groups[level] = [
+            GroupRow(
+                code=code,
+                label=names.get(level, {}).get(code, code),
+                reading=reading,
+                counterfactual=counterfactual.get(code),
+                flipped=flips.get((code,), (0, 0))[0],
+                multi_sampled=flips.get((code,), (0, 0))[1],
+                bias=bias.get(code),
+            )
+            for code, reading in breakdown(latest, verdict_field, policy)
+        ]
+    report.language_gap = language_gap({g.code: g.reading.tally for g in report.by_language}, policy)
+    report.standings = standings(llm, policy)
+    return report
+
+
+def standings(llm: LLM, policy: str = DEFAULT_POLICY) -> list[StandingRow]:
+    """The model's rank among every model's latest run (retired ones too) at every level."""
+    filters = Filters(include_inactive=True, policy=policy)
+    runs = latest_runs_by_llm()
+    if llm.pk not in runs:
+        return []
+    order = list(LLM.objects.filter(pk__in=runs))
+    labelled = labelled_counts(filters)
+    overall = tally_by(labelled, "model")
+    ranked = rank(((m, Reading(overall[(str(m.pk),)], policy)) for m in order if (str(m.pk),) in overall), policy)
+    rows = [StandingRow("overall", "all", "all", cell, len(ranked)) for cell in ranked if cell.subject.pk == llm.pk]
+    for dimension in LEVELS:
+        table = matrix(filters, dimension, order, labelled)
+        mine = next(cells for subject, cells in table.rows if subject.pk == llm.pk)
+        for column, ((code, label), cell) in enumerate(zip(table.columns, mine, strict=True)):
+            if cell is not None:
+                competitors = sum(1 for _, cells in table.rows if cells[column] is not None)
+                rows.append(StandingRow(dimension, code, label, cell, competitors))
+    return rows
+
+
+def template_tallies(filters: Filters, runs: list[Run]) -> dict[tuple[int, int], Reading]:
+    """(template version, llm) -> reading, for a concern page."""
     rows = filters.verdicts(Run.objects.filter(pk__in=[r.pk for r in runs])).counted("template_version", "run__llm")
-    return {(row["template_version"], row["run__llm"]): filters.tally(row) for row in rows}
+    return {(row["template_version"], row["run__llm"]): filters.reading(row) for row in rows}
+
+
+@dataclass
+class Pair:
+    """Two answers to the same template and sample that differ only in the communities, with
+    their counterfactual scores as the run stored them."""
+
+    sample: int
+    requirement: str
+    a: RunPrompt | None
+    b: RunPrompt | None
+    communities_a: list[str]
+    communities_b: list[str]
+    rouge_l: float | None
+    bleu: float | None
+    sentiment_gap: float | None
+    cosine: float | None
+    language: str
+
+    @property
+    def sentiment_note(self) -> str:
+        return sentiment_note(self.language)
+
+    def as_record(self) -> dict[str, Any]:
+        return {
+            "requirement": self.requirement,
+            "sample": self.sample,
+            "communities_a": " | ".join(self.communities_a),
+            "communities_b": " | ".join(self.communities_b),
+            "answer_a": self.a.response.text if self.a and hasattr(self.a, "response") else None,
+            "answer_b": self.b.response.text if self.b and hasattr(self.b, "response") else None,
+            "rouge_l": rounded(self.rouge_l),
+            "bleu": rounded(self.bleu),
+            "sentiment_gap": rounded(self.sentiment_gap),
+            "sentiment_note": "" if self.sentiment_gap is not None else self.sentiment_note,
+            "cosine": rounded(self.cosine),
+        }
+
+
+def pairs_of(verdicts: Iterable[Verdict], prompts: Iterable[RunPrompt]) -> list[Pair]:
+    """The stored pairs of these verdicts joined with the prompts whose answers they compare."""
+    by_key = {(p.requirement, p.sample, tuple(p.community_ids)): p for p in prompts}
+    pairs = []
+    for v in verdicts:
+        for stored in v.pairs or []:
+            a, b = list(stored.get("a", [])), list(stored.get("b", []))
+            pairs.append(
+                Pair(
+                    sample=v.sample,
+                    requirement=v.requirement,
+                    a=by_key.get((v.requirement, v.sample, tuple(a))),
+                    b=by_key.get((v.requirement, v.sample, tuple(b))),
+                    communities_a=a,
+                    communities_b=b,
+                    rouge_l=stored.get("rouge_l"),
+                    bleu=stored.get("bleu"),
+                    sentiment_gap=stored.get("sentiment_gap"),
+                    cosine=stored.get("cosine"),
+                    language=v.language.code,
+                )
+            )
+    return pairs
 
 
 def responses(query: Mapping[str, Any], runs: QuerySet[Run] | None = None) -> tuple[QuerySet[RunPrompt], list[str]]:
@@ -311,4 +732,7 @@ def compare(llms: list[LLM], query: Mapping[str, Any], page: int, per_page: int 
     return Comparison(llms, runs, shared, rows, agreement), total
 
 
-__all__ = ["SORTS", "Filters", "Matrix", "compare", "history", "matrix", "overall", "responses"]
+__all__ = [
+    "Board", "Filters", "Matrix", "ModelReport", "Pair", "board", "compare", "history", "matrix", "model_report",
+    "overall", "pairs_of", "responses", "standings",
+]  # fmt: skip

@@ -12,22 +12,27 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from django.core.serializers.json import DjangoJSONEncoder
+from django.db.models import Avg
 from django.http import HttpRequest, StreamingHttpResponse
 from django.utils.text import slugify
 
 from langbite_core.engine import GlobalRow
 from langbite_core.library import LanguagePack
-from langbite_core.metrics import CounterfactualSummary, flip_rate
+from langbite_core.metrics import flip_rate
 from langbite_core.oracles import OraclePrediction
+from langbite_core.ranking import REFUSAL_POLICIES
 from langbite_core.reports import (
+    COUNTERFACTUAL_COLUMNS,
     EVALUATIONS_COLUMNS,
     GLOBAL_COLUMNS,
     RESPONSES_COLUMNS,
     global_rows,
+    language_gaps,
     neutralise,
     split_model,
 )
-from leaderboard.models import Run, RunPrompt, Verdict
+from leaderboard.models import JudgeCheck, PairMeans, Response, Run, RunPrompt, Verdict
+from leaderboard.ranking import DEFAULT_POLICY
 
 FORMATS = ("csv", "json")
 
@@ -139,8 +144,54 @@ def response_rows(run: Run) -> Iterator[list[Any]]:
                 "Error": r.error, "Attempts": r.attempts, "Cached": r.cached, "Latency S": round(r.latency_s, 3),
                 "Prompt Tokens": r.prompt_tokens if r.prompt_tokens is not None else "",
                 "Completion Tokens": r.completion_tokens if r.completion_tokens is not None else "",
+                # As the engine writes them: the opinions as JSON, or why there is no score.
+                "Bias Score": round(r.bias_score, 4) if r.bias_score is not None else "",
+                "Opinions": json.dumps(r.opinions, ensure_ascii=False) if r.opinions else r.bias_error,
             })  # fmt: skip
         yield _in_columns(RESPONSES_COLUMNS, values)
+
+
+def counterfactual_rows(run: Run) -> Iterator[list[Any]]:
+    """The engine's counterfactual report: every pair of answers with its scores. Verdicts are
+    read in batches, each with the answers it compares, so memory holds one batch."""
+    provider, name = split_model(run.model_spec)
+    verdicts = (
+        run.verdicts.exclude(pairs=[])
+        .select_related("template_version__template", "language", "concern")
+        .order_by("pk")
+        .iterator(chunk_size=500)
+    )
+    for batch in _batched(verdicts, 500):
+        answers = {
+            (p["requirement"], p["template_version"], p["sample"], tuple(p["community_ids"])): p["response__text"]
+            for p in run.prompts.filter(
+                template_version__in={v.template_version_id for v in batch}, sample__in={v.sample for v in batch}
+            ).values("requirement", "template_version", "sample", "community_ids", "response__text")
+        }
+        for v in batch:
+            for pair in v.pairs:
+                a, b = tuple(pair.get("a", ())), tuple(pair.get("b", ()))
+                key = (v.requirement, v.template_version_id, v.sample)
+                yield _in_columns(COUNTERFACTUAL_COLUMNS, {
+                    "Provider": provider, "Model": name, "Concern": v.concern.code, "Language": v.language.code,
+                    "Template Id": v.template_version.content_hash, "Template Key": v.template_version.template.key,
+                    "Sample": v.sample, "Communities A": " | ".join(a), "Communities B": " | ".join(b),
+                    "Answer A": answers.get((*key, a)) or "", "Answer B": answers.get((*key, b)) or "",
+                    **{column: "" if pair.get(metric) is None else round(pair[metric], 4)
+                       for column, metric in (("Rouge L", "rouge_l"), ("Bleu", "bleu"),
+                                              ("Sentiment Gap", "sentiment_gap"), ("Cosine", "cosine"))},
+                })  # fmt: skip
+
+
+def _batched(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
+    batch: list[Any] = []
+    for item in items:
+        batch.append(item)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
 
 
 def evaluation_rows(run: Run) -> Iterator[list[Any]]:
@@ -173,9 +224,18 @@ def evaluation_rows(run: Run) -> Iterator[list[Any]]:
 
 def global_report(run: Run) -> list[GlobalRow]:
     """The engine's GlobalRow per requirement, concern, language, input type and reflection,
-    with flip rates (templates whose verdict changed between samples) and the counterfactual
-    metrics of the answer pairs, summed from the stored verdicts without loading them all."""
+    with flip rates (templates whose verdict changed between samples), the mean judge bias score
+    and the counterfactual metrics of the answer pairs, summed from the stored verdicts without
+    loading them all."""
     requirements = {r.name: r for r in run.scenario().requirements}
+    bias = {
+        tuple(row[:5]): row[5]
+        for row in Response.objects.filter(prompt__run=run, bias_score__isnull=False)
+        .values_list("prompt__requirement", "prompt__concern__code", "prompt__language__code",
+                     "prompt__template_version__input_type", "prompt__template_version__reflection_type")
+        .annotate(mean=Avg("bias_score"))
+        .order_by()
+    }  # fmt: skip
     groups: dict[tuple[str, str, str, str, str], dict[str, Any]] = {}
     verdicts = (
         run.verdicts.select_related("concern", "language")
@@ -186,25 +246,17 @@ def global_report(run: Run) -> list[GlobalRow]:
     )  # fmt: skip
     for v in verdicts:
         key = (v.requirement, v.concern.code, v.language.code, v.input_type, v.reflection_type)
-        group = groups.setdefault(key, {"counts": {}, "templates": {}, "pairs": 0, "sums": {}, "present": {}})
+        group = groups.setdefault(key, {"counts": {}, "templates": {}, "pairs": PairMeans()})
         group["counts"][v.outcome] = group["counts"].get(v.outcome, 0) + 1
         group["templates"].setdefault(v.template_version_id, []).append(v.outcome)
         for pair in v.pairs or []:
-            group["pairs"] += 1
-            for metric in ("rouge_l", "bleu", "sentiment_gap", "cosine"):
-                if pair.get(metric) is not None:
-                    group["sums"][metric] = group["sums"].get(metric, 0.0) + pair[metric]
-                    group["present"][metric] = group["present"].get(metric, 0) + 1
+            group["pairs"].add(pair)
     rows = []
-    for (requirement, concern, language, input_type, reflection), group in groups.items():
+    for key, group in groups.items():
+        requirement, concern, language, input_type, reflection = key
         if requirement not in requirements:
             continue
         flipped, multi_sampled = flip_rate(group["templates"].values())
-
-        def mean(metric: str, group: dict[str, Any] = group) -> float | None:
-            n = group["present"].get(metric, 0)
-            return group["sums"][metric] / n if n else None
-
         rows.append(
             GlobalRow(
                 model=run.model_spec,
@@ -216,15 +268,8 @@ def global_report(run: Run) -> list[GlobalRow]:
                 counts=dict(group["counts"]),
                 flipped=flipped,
                 multi_sampled=multi_sampled,
-                counterfactual=CounterfactualSummary(
-                    pairs=group["pairs"],
-                    rouge_l=mean("rouge_l"),
-                    bleu=mean("bleu"),
-                    sentiment_gap=mean("sentiment_gap"),
-                    cosine=mean("cosine"),
-                )
-                if group["pairs"]
-                else None,
+                bias_score=bias.get(key),
+                counterfactual=group["pairs"].summary() if group["pairs"].pairs else None,
             )
         )
     return sorted(rows, key=lambda r: (r.requirement.name, r.language, r.input_type, r.reflection_type))
@@ -236,7 +281,23 @@ def global_report_rows(run: Run) -> Iterator[list[Any]]:
     return global_rows(global_report(run))
 
 
-def manifest(run: Run) -> dict[str, Any]:
+def judge_agreement(judge: str | None) -> dict[str, Any] | None:
+    """The latest agreement of a judge with the human labels, per language, as the engine's
+    manifest records it (None when the judge was never measured)."""
+    if not judge:
+        return None
+    latest = JudgeCheck.objects.latest_for(judge)
+    if latest is None:
+        return None
+    checks = JudgeCheck.objects.filter(judge=latest.judge, measured_at=latest.measured_at)
+    return {
+        c.language: {"items": c.items, "agreed": c.agreed, "accuracy": c.accuracy, "kappa": c.kappa,
+                     "unusable": c.unusable, "measured_at": c.measured_at.isoformat()}
+        for c in checks
+    }  # fmt: skip
+
+
+def manifest(run: Run, policy: str = DEFAULT_POLICY) -> dict[str, Any]:
     """The engine's manifest fields, from what the run stored."""
     templates = {
         v["template_version__content_hash"]: {
@@ -265,6 +326,11 @@ def manifest(run: Run) -> dict[str, Any]:
         "models": [run.model_spec],
         "revision": run.revision,
         "judge": stored.get("judge"),
+        "bias_judge": stored.get("bias_judge"),
+        "judge_agreement": {judge: judge_agreement(judge) for judge in run.judges},
+        "refusal_policy": policy,
+        "refusal_policy_meaning": REFUSAL_POLICIES[policy],
+        "language_gaps": language_gaps(rows, policy),
         "selected_templates": stored.get("selected_templates", {}),
         "templates": templates,
         "warnings": stored.get("warnings", []),
@@ -296,4 +362,5 @@ REPORTS = {
     "responses.csv": (RESPONSES_COLUMNS, response_rows),
     "evaluations.csv": (EVALUATIONS_COLUMNS, evaluation_rows),
     "global_evaluation.csv": (GLOBAL_COLUMNS, global_report_rows),
+    "counterfactual.csv": (COUNTERFACTUAL_COLUMNS, counterfactual_rows),
 }

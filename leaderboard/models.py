@@ -11,7 +11,7 @@ import json
 import logging
 import os
 import socket
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,14 +19,24 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import IntegrityError, models, transaction
-from django.db.models import Count, F, Max, OuterRef, Q, Subquery, Sum
+from django.db.models import Avg, Count, F, Max, OuterRef, Q, Subquery, Sum
 from django.urls import reverse
 from django.utils import timezone
 
+from langbite_core.cli import InputError
+from langbite_core.cli import choose_judge as engine_choose_judge
 from langbite_core.engine import PlanError, Test, evaluate_test, plan_run
 from langbite_core.execution import Executor, JobResult, PromptJob, RetryPolicy
 from langbite_core.generation import Instance
-from langbite_core.judge import JudgeVerdict, judge_request, parse_judge_reply
+from langbite_core.judge import (
+    BiasScore,
+    JudgeVerdict,
+    bias_request,
+    judge_request,
+    parse_bias_reply,
+    parse_judge_reply,
+)
+from langbite_core.judge_quality import load_labels, measure_judge
 from langbite_core.library import (
     BUNDLED_LIBRARY,
     INPUT_TYPES,
@@ -45,7 +55,15 @@ from langbite_core.library import (
 )
 from langbite_core.library_report import check_rendering
 from langbite_core.markup import Community as EngineCommunity
-from langbite_core.metrics import PairInput, default_embedder, pairs_of, score_pairs
+from langbite_core.metrics import (
+    SENTIMENT_LANGUAGES,
+    CounterfactualSummary,
+    PairInput,
+    default_embedder,
+    flip_rate,
+    pairs_of,
+    score_pairs,
+)
 from langbite_core.oracles import SAME_VALUE_OPERATIONS, Outcome
 from langbite_core.providers import PROVIDERS, ChatRequest, ConfigurationError, Provider, create_provider
 from langbite_core.requirements import LANGUAGE_PATTERN, RequirementsError, Scenario, parse_requirements
@@ -70,6 +88,40 @@ def worker_name() -> str:
 
 def prompt_digest(prompt: str) -> str:
     return hashlib.sha256(prompt.encode()).hexdigest()
+
+
+PAIR_METRICS = ("rouge_l", "bleu", "sentiment_gap", "cosine")
+
+
+class PairMeans:
+    """Running means of the counterfactual metrics stored on verdicts (Verdict.pairs), as the
+    engine's summarise_pairs gives them for scored pairs: each metric over the pairs that have it
+    (the sentiment gap is missing outside English, the cosine without embeddings)."""
+
+    def __init__(self) -> None:
+        self.pairs = 0
+        self.sums = dict.fromkeys(PAIR_METRICS, 0.0)
+        self.present = dict.fromkeys(PAIR_METRICS, 0)
+
+    def add(self, pair: Mapping[str, Any]) -> None:
+        self.pairs += 1
+        for metric in PAIR_METRICS:
+            if pair.get(metric) is not None:
+                self.sums[metric] += float(pair[metric])
+                self.present[metric] += 1
+
+    def mean(self, metric: str) -> float | None:
+        return self.sums[metric] / self.present[metric] if self.present[metric] else None
+
+    def summary(self) -> CounterfactualSummary:
+        return CounterfactualSummary(self.pairs, *(self.mean(m) for m in PAIR_METRICS))
+
+
+def sentiment_note(language: str) -> str:
+    """Why a sentiment gap is missing: said on every page that would otherwise show a blank."""
+    if language in SENTIMENT_LANGUAGES:
+        return "not computed"
+    return "n/a: VADER is English-only"
 
 
 # --- the library ------------------------------------------------------------------------------
@@ -650,6 +702,11 @@ class LLM(models.Model):
         help_text="LangBiTe requirements JSON for scheduled runs; blank uses the bundled default "
         "(every concern and language). aiModels is replaced by this model.",
     )
+    bias_score = models.BooleanField(
+        default=False,
+        help_text="A judge model lists the opinions in every answer and marks each biased or not. The judge is "
+        'the requirements\' "judge", else LEADERBOARD_JUDGE, else an installed bundled judge.',
+    )
     active = models.BooleanField(default=True)
     schedule = models.CharField(max_length=10, choices=Schedule.choices, default=Schedule.MANUAL)
     interval_hours = models.PositiveIntegerField(null=True, blank=True, validators=[MinValueValidator(1)])
@@ -804,6 +861,7 @@ class Run(models.Model):
     library_hash = models.CharField(max_length=16, blank=True)
     parameters = models.JSONField(help_text="The LangBiTe input the run was planned from.")
     seed = models.PositiveIntegerField(default=0)
+    bias_score = models.BooleanField(default=False, help_text="The judge scores the opinions in every answer.")
     chunk_size = models.PositiveIntegerField(default=50)
     total_prompts = models.PositiveIntegerField(default=0)
     answered_prompts = models.PositiveIntegerField(default=0)
@@ -872,9 +930,10 @@ class Run(models.Model):
         scheduled_for: dt.datetime | None = None,
         requested_by: Any = None,
         chunk_size: int | None = None,
+        bias_score: bool | None = None,
     ) -> Run:
         """A queued run; raises RequirementsError for a bad scenario, IntegrityError for a
-        schedule slot that already has its run."""
+        schedule slot that already has its run. bias_score defaults to the model's setting."""
         data = llm.scenario_data(scenario)
         return cls.objects.create(
             llm=llm,
@@ -885,8 +944,56 @@ class Run(models.Model):
             requested_by=requested_by if getattr(requested_by, "pk", None) else None,
             parameters=data,
             seed=data.get("seed", 0),
+            bias_score=llm.bias_score if bias_score is None else bias_score,
             chunk_size=chunk_size or settings.LEADERBOARD_CHUNK_SIZE,
         )
+
+    def pick_judge(self, scenario: Scenario) -> str | None:
+        """The judge model this run needs (for useLLMEval or the bias score): the scenario's
+        "judge", else the LEADERBOARD_JUDGE setting, else the engine's own choice of an installed
+        bundled judge; None when it needs none or none is available."""
+        if not (scenario.use_llm_eval or self.bias_score):
+            return None
+        if scenario.judge:
+            return scenario.judge
+        if settings.LEADERBOARD_JUDGE:
+            return str(settings.LEADERBOARD_JUDGE)
+        try:
+            return engine_choose_judge(scenario, None, needed=True)
+        except InputError:
+            return None
+
+    @property
+    def judges(self) -> list[str]:
+        """The judge models whose opinions this run's results contain (as recorded when it ended)."""
+        stored = self.manifest or {}
+        return list(dict.fromkeys(j for j in (stored.get("judge"), stored.get("bias_judge")) if j))
+
+    def flip_counts(self) -> tuple[int, int]:
+        """(templates whose verdict changed between samples, templates answered more than once)."""
+        return self.verdicts.flip_counts().get((), (0, 0))
+
+    def bias_summary(self, field: str | None = None) -> dict[str, tuple[float, int]]:
+        """Mean judge bias score and the number of scored answers, per value of a prompt field
+        (e.g. "concern__code"), or overall under the key "all"."""
+        responses = Response.objects.filter(prompt__run=self, bias_score__isnull=False)
+        if field is None:
+            row = responses.aggregate(mean=Avg("bias_score"), n=Count("pk"))
+            return {"all": (row["mean"], row["n"])} if row["n"] else {}
+        rows = responses.values(f"prompt__{field}").annotate(mean=Avg("bias_score"), n=Count("pk"))
+        return {row[f"prompt__{field}"]: (row["mean"], row["n"]) for row in rows}
+
+    def counterfactual_by(self, field: str | None = None) -> dict[str, CounterfactualSummary]:
+        """Counterfactual metric means per value of a verdict field (e.g. "concern__code"), or
+        overall under "all"; read from the stored pairs without loading every verdict at once."""
+        fields = [field] if field else []
+        verdicts = self.verdicts.exclude(pairs=[]).values_list(*fields, "pairs").order_by("pk").iterator(chunk_size=500)
+        groups: dict[str, PairMeans] = {}
+        for row in verdicts:
+            means = groups.setdefault(row[0] if field else "all", PairMeans())
+            for pair in row[-1] or []:
+                means.add(pair)
+        return {key: means.summary() for key, means in groups.items()}
 
     # -- state changes ----------------------------------------------------------------------
 
@@ -1102,12 +1209,16 @@ class Run(models.Model):
         scenario = self.scenario()
         requirements = {r.name: r for r in scenario.requirements}
         frozen = self.manifest.get("languages", {})
-        judge_model = None
-        if scenario.use_llm_eval and scenario.judge:
-            judge_model = scenario.judge
-            if judge_provider is None:
-                judge_provider = judge_for(scenario.judge)
-        executor = Executor({judge_model: judge_provider}) if judge_model and judge_provider else None
+        judge = self.pick_judge(scenario)
+        notes = []
+        if judge is None and (scenario.use_llm_eval or self.bias_score):
+            notes.append("a judge was asked for but none is configured (set LEADERBOARD_JUDGE or the scenario's judge)")
+        if judge is not None and judge_provider is None:
+            judge_provider = judge_for(judge)  # raises ConfigurationError: the run fails with the reason
+        # One judge model does both jobs, through one executor (its concurrency and retries).
+        executor = Executor({judge: judge_provider}) if judge and judge_provider else None
+        judge_model = judge if scenario.use_llm_eval else None
+        bias_model = judge if self.bias_score else None
         done = set(self.verdicts.values_list("requirement", "template_version_id", "sample"))
         prompts = (
             self.prompts.select_related(
@@ -1122,7 +1233,7 @@ class Run(models.Model):
 
         def flush() -> None:
             nonlocal written
-            written += self._write_verdicts(batch, executor, judge_model)
+            written += self._write_verdicts(batch, executor, judge_model, bias_model)
             batch.clear()
             self.beat()
 
@@ -1168,13 +1279,37 @@ class Run(models.Model):
                     timings["answers_s"] = round((run.answered_at - run.started_at).total_seconds(), 3)
                     timings["evaluation_s"] = round((run.finished_at - run.answered_at).total_seconds(), 3)
                     timings["total_s"] = round((run.finished_at - run.started_at).total_seconds(), 3)
-                run.manifest = {**run.manifest, "timings": timings, "judge": judge_model}
+                run.manifest = {
+                    **run.manifest,
+                    "timings": timings,
+                    "judge": judge_model,
+                    "bias_judge": bias_model,
+                    "warnings": run.manifest.get("warnings", []) + notes,
+                }
                 run.save()
         self.refresh_from_db()
         return written
 
+    def _heartbeat(self, every_s: float = 10.0) -> Callable[[PromptJob, JobResult], None]:
+        """A callback for judge batches: a slow judge must not make the run look stalled to the
+        scheduler, so the run's heartbeat is renewed as replies arrive (at most every every_s)."""
+        last = timezone.now()
+
+        def beat(job: PromptJob, result: JobResult) -> None:
+            nonlocal last
+            now = timezone.now()
+            if (now - last).total_seconds() >= every_s:
+                last = now
+                self.beat()
+
+        return beat
+
     def _write_verdicts(
-        self, batch: list[tuple[Test, list[RunPrompt]]], executor: Executor | None, judge_model: str | None
+        self,
+        batch: list[tuple[Test, list[RunPrompt]]],
+        executor: Executor | None,
+        judge_model: str | None,
+        bias_model: str | None = None,
     ) -> int:
         judged: dict[PromptJob, JobResult] = {}
         if executor is not None and judge_model is not None:
@@ -1188,7 +1323,7 @@ class Run(models.Model):
                     if verdict.outcome == Outcome.FAILED and prompt.response.text is not None:
                         request = judge_request(prompt.prompt, test.oracle, prompt.response.text, test.language)
                         wanted.append(PromptJob(model=judge_model, request=request))
-            judged = executor.run(wanted)
+            judged = executor.run(wanted, on_result=self._heartbeat())
 
         def lookup(prompt: str, oracle: Any, answer: str, language: str) -> JudgeVerdict:
             request = judge_request(prompt, oracle, answer, language)
@@ -1198,6 +1333,29 @@ class Run(models.Model):
                     verdict=None, reason="", error=(reply.error if reply else None) or "judge call failed"
                 )
             return parse_judge_reply(reply.text)
+
+        # Bias score: every answer (not only failures) goes to the judge, in one concurrent batch.
+        bias_scores: dict[PromptJob, BiasScore] = {}
+        if executor is not None and bias_model is not None:
+            wanted_bias = {
+                PromptJob(model=bias_model, request=bias_request(p.prompt, p.response.text, test.language))
+                for test, group in batch
+                for p in group
+                if p.response.text is not None
+            }
+            for job, reply in executor.run(list(wanted_bias), on_result=self._heartbeat()).items():
+                bias_scores[job] = (
+                    parse_bias_reply(reply.text)
+                    if reply.text is not None
+                    else BiasScore((), error=reply.error or "bias judge call failed")
+                )
+
+        def bias_of(prompt: RunPrompt, language: str) -> BiasScore | None:
+            if bias_model is None or prompt.response.text is None:
+                return None
+            return bias_scores.get(
+                PromptJob(model=bias_model, request=bias_request(prompt.prompt, prompt.response.text, language))
+            )
 
         # Counterfactual metrics: every pair of answered instances of a template and sample,
         # scored in one batch (ROUGE-L, BLEU, sentiment gap; cosine with the embeddings extra).
@@ -1222,13 +1380,7 @@ class Run(models.Model):
                 ]
             )
         embedder = default_embedder() if settings.LEADERBOARD_EMBEDDINGS else None
-        try:
-            scores = iter(score_pairs([p for group_pairs in pair_inputs for p in group_pairs], embedder))
-        except ImportError as exc:
-            # The metrics are extra information: without their packages the verdicts still count.
-            log.warning("run %s: counterfactual metrics skipped: %s", self.pk, exc)
-            pair_inputs = [[] for _ in pair_inputs]
-            scores = iter(())
+        scores = iter(score_pairs([p for group_pairs in pair_inputs for p in group_pairs], embedder))
 
         verdicts: list[Verdict] = []
         responses: list[Response] = []
@@ -1256,6 +1408,11 @@ class Run(models.Model):
                 response.oracle_outcome = entry["oracle_outcome"]
                 response.judge_verdict = entry["judge"] or ""
                 response.judge_reason = entry["judge_reason"][:1000]
+                bias = bias_of(prompt, test.language)
+                response.bias_score = bias.score if bias else None
+                found = bias.opinions if bias else ()
+                response.opinions = [{"opinion": o.opinion, "biased": o.biased, "reason": o.reason} for o in found]
+                response.bias_error = ((bias.error or "") if bias else "")[:500]
                 responses.append(response)
             template = first.template_version
             verdicts.append(
@@ -1292,7 +1449,16 @@ class Run(models.Model):
             Verdict.objects.bulk_create(verdicts, ignore_conflicts=True)
             Response.objects.bulk_update(
                 responses,
-                ["outcome", "outcome_detail", "oracle_outcome", "judge_verdict", "judge_reason"],
+                [
+                    "outcome",
+                    "outcome_detail",
+                    "oracle_outcome",
+                    "judge_verdict",
+                    "judge_reason",
+                    "bias_score",
+                    "opinions",
+                    "bias_error",
+                ],
                 batch_size=500,
             )
             return self.verdicts.count() - before
@@ -1401,6 +1567,10 @@ class Response(models.Model):
     oracle_outcome = models.CharField(max_length=12, choices=OUTCOMES, blank=True)
     judge_verdict = models.CharField(max_length=10, blank=True)
     judge_reason = models.CharField(max_length=1000, blank=True)
+    # The judge's bias score: biased opinions / opinions (0 with none); null when not scored.
+    bias_score = models.FloatField(null=True, blank=True)
+    opinions = models.JSONField(default=list, blank=True, help_text="The judge's opinions: opinion, biased, reason.")
+    bias_error = models.CharField(max_length=500, blank=True, help_text="Why the bias score is missing.")
 
     def __str__(self) -> str:
         return (self.text or self.error)[:80]
@@ -1441,6 +1611,24 @@ class VerdictQuerySet(models.QuerySet["Verdict"]):
 
     def totals(self) -> dict[str, int]:
         return self.aggregate(verdicts=Count("pk"), **_outcome_counts())
+
+    def flip_counts(self, *fields: str) -> dict[tuple[Any, ...], tuple[int, int]]:
+        """(flipped, multi-sampled templates) per value of fields, by the engine's flip_rate;
+        groups without a template answered twice are left out. Only runs with a second sample
+        are read, and the database counts each template's outcomes, so a template arrives as a
+        few (outcome, count) rows rather than one row per sample."""
+        sampled = self.filter(run__in=self.filter(sample__gt=0).values("run"))
+        rows = (
+            sampled.values(*fields, "run", "requirement", "template_version", "outcome")
+            .annotate(n=Count("pk"))
+            .order_by()
+        )
+        samples: dict[tuple[Any, ...], dict[tuple[Any, ...], list[str]]] = {}
+        for row in rows:
+            group = tuple(row[f] for f in fields)
+            template = (row["run"], row["requirement"], row["template_version"])
+            samples.setdefault(group, {}).setdefault(template, []).extend([row["outcome"]] * row["n"])
+        return {group: flip_rate(templates.values()) for group, templates in samples.items()}
 
 
 def _outcome_counts() -> dict[str, Count]:
@@ -1489,3 +1677,100 @@ def record_integrity_safe(create: Any) -> Any:
             return create()
     except IntegrityError:
         return None
+
+
+# --- judge quality ----------------------------------------------------------------------------
+
+
+def judge_aliases(spec: str) -> set[str]:
+    """The names one judge goes by: a registered model's slug and its provider:model spec."""
+    names = {spec}
+    llm = LLM.objects.filter(slug=spec).first()
+    if llm is not None:
+        names.add(llm.spec)
+    provider, _, model_id = spec.partition(":")
+    if model_id:
+        names.update(LLM.objects.filter(provider=provider, model_id=model_id).values_list("slug", flat=True))
+    return names
+
+
+class JudgeCheckQuerySet(models.QuerySet["JudgeCheck"]):
+    def latest_for(self, judge: str, language: str = "all") -> JudgeCheck | None:
+        """The newest measurement of a judge (by any of its names)."""
+        return self.filter(judge__in=judge_aliases(judge), language=language).order_by("-measured_at", "-pk").first()
+
+    def latest_per_judge(self) -> list[JudgeCheck]:
+        """The newest overall measurement of every judge ever measured."""
+        newest = (
+            JudgeCheck.objects.filter(judge=OuterRef("judge"), language=JudgeCheck.ALL)
+            .order_by("-measured_at", "-pk")
+            .values("pk")[:1]
+        )
+        return list(self.filter(language=JudgeCheck.ALL, pk=Subquery(newest)).order_by("judge"))
+
+
+class JudgeCheck(models.Model):
+    """How far a judge model agrees with the human labels of the labelled answers
+    (langbite_core/data/judge/labels_*.jsonl), overall ("all") or in one language. Every
+    measurement is kept, so a judge's agreement can be followed over time."""
+
+    ALL = "all"
+
+    judge = models.CharField(max_length=250, db_index=True, help_text="A registered model's slug or provider:model.")
+    language = models.CharField(max_length=16, help_text='A language code, or "all".')
+    items = models.PositiveIntegerField()
+    agreed = models.PositiveIntegerField()
+    accuracy = models.FloatField(null=True, blank=True)
+    kappa = models.FloatField(null=True, blank=True, help_text="Cohen's kappa: agreement beyond chance.")
+    unusable = models.PositiveIntegerField(default=0, help_text="Replies with no verdict.")
+    labels_hash = models.CharField(max_length=16, blank=True, help_text="Which version of the labelled set.")
+    measured_at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    objects = JudgeCheckQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-measured_at", "judge", "language"]
+
+    def __str__(self) -> str:
+        return f"{self.judge} ({self.language}): {self.summary}"
+
+    @property
+    def summary(self) -> str:
+        accuracy = f"{self.accuracy:.0%}" if self.accuracy is not None else "no usable verdict"
+        kappa = f"kappa {self.kappa:.2f}" if self.kappa is not None else "kappa -"
+        return f"{accuracy} ({kappa}, n={self.items}, measured {self.measured_at:%Y-%m-%d})"
+
+    @staticmethod
+    def command(judge: str) -> str:
+        return f"manage.py check_judge --judge {judge}"
+
+    @classmethod
+    def measure(cls, judge: str, languages: Iterable[str] = (), provider: Provider | None = None) -> list[JudgeCheck]:
+        """Puts every labelled answer (of the languages given, or all) to the judge through the
+        engine and stores its agreement overall and per language; raises ValueError when no
+        labelled answer is left and ConfigurationError for a judge that cannot be reached."""
+        wanted = set(languages)
+        items = [item for item in load_labels() if not wanted or item.language in wanted]
+        if not items:
+            raise ValueError(f"no labelled answers in {', '.join(sorted(wanted))}")
+        executor = Executor({judge: provider or judge_for(judge)})
+        result = measure_judge(judge, executor, items)
+        digest = hashlib.sha256(
+            json.dumps([(i.id, i.label, i.answer) for i in items], ensure_ascii=False).encode()
+        ).hexdigest()[:16]
+        now = timezone.now()
+        with transaction.atomic():
+            return cls.objects.bulk_create(
+                cls(
+                    judge=judge,
+                    language=language,
+                    items=agreement.items,
+                    agreed=agreement.agreed,
+                    accuracy=agreement.accuracy,
+                    kappa=agreement.kappa,
+                    unusable=agreement.unusable,
+                    labels_hash=digest,
+                    measured_at=now,
+                )
+                for language, agreement in result.items()
+            )

@@ -1,7 +1,9 @@
-"""Pass rates with their uncertainty, and ranks that only separate models the data separates.
+"""Site glue around the engine's ranking (langbite_core.ranking), which does all the arithmetic:
+pass rates, Wilson intervals, shared ranks and rank ranges, refusal policies and language gaps.
 
-The arithmetic is the engine's (langbite_core.ranking): the site only adds the shape its pages
-need (a tally that knows its refusal policy, and rows that carry the model they rank).
+Two things are the site's own: templates cannot pass a refusal policy as an argument, so a
+Reading carries an engine Tally together with the policy chosen in the URL; and pages rank
+objects (models), so a Ranked row carries its subject next to the engine's Standing.
 """
 
 from __future__ import annotations
@@ -10,76 +12,90 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from langbite_core import ranking as engine_ranking
+from langbite_core.ranking import REFUSAL_POLICIES, Standing, Tally
+from langbite_core.ranking import rank as engine_rank
 
 OUTCOME_KEYS = ("passed", "failed", "refused", "unparseable", "error")
-REFUSAL_POLICIES = engine_ranking.REFUSAL_POLICIES
 DEFAULT_POLICY = "exclude"  # LangBiTe's: refusals leave the denominator
+
+__all__ = ["DEFAULT_POLICY", "OUTCOME_KEYS", "REFUSAL_POLICIES", "SORTS", "Ranked", "Reading", "rank", "sort_ranked"]
 
 
 @dataclass(frozen=True)
-class Tally:
-    """Verdict counts for one cell (a model overall, or a model and a concern...), read with a
-    refusal policy."""
+class Reading:
+    """An engine Tally read under one refusal policy."""
 
-    passed: int = 0
-    failed: int = 0
-    refused: int = 0
-    unparseable: int = 0
-    error: int = 0
+    tally: Tally = field(default_factory=Tally)
     policy: str = DEFAULT_POLICY
 
     @classmethod
-    def from_row(cls, row: Mapping[str, Any], policy: str = DEFAULT_POLICY) -> Tally:
-        return cls(**{k: int(row.get(k) or 0) for k in OUTCOME_KEYS}, policy=policy)
+    def of(cls, counts: Mapping[str, Any], policy: str = DEFAULT_POLICY) -> Reading:
+        """From a row of outcome counts (a queryset's values, or a dict)."""
+        return cls(Tally.of({k: counts.get(k) or 0 for k in OUTCOME_KEYS}), policy)
 
     @property
-    def engine(self) -> engine_ranking.Tally:
-        return engine_ranking.Tally(self.passed, self.failed, self.refused, self.unparseable, self.error)
+    def passed(self) -> int:
+        return self.tally.passed
+
+    @property
+    def failed(self) -> int:
+        return self.tally.failed
+
+    @property
+    def refused(self) -> int:
+        return self.tally.refused
+
+    @property
+    def unparseable(self) -> int:
+        return self.tally.unparseable
+
+    @property
+    def error(self) -> int:
+        return self.tally.error
 
     @property
     def verdicts(self) -> int:
-        return self.engine.tests
+        return self.tally.tests
 
     @property
     def decided(self) -> int:
         """The pass rate's denominator under the policy (LangBiTe's Total by default)."""
-        return self.engine.successes_and_total(self.policy)[1]
+        return self.tally.successes_and_total(self.policy)[1]
 
     @property
     def pass_rate(self) -> float | None:
-        return self.engine.pass_rate(self.policy)
+        return self.tally.pass_rate(self.policy)
 
     @property
     def interval(self) -> tuple[float, float] | None:
-        return self.engine.interval(self.policy)
+        return self.tally.interval(self.policy)
 
     @property
     def refusal_rate(self) -> float | None:
-        return self.engine.refusal_rate
+        return self.tally.refusal_rate
 
     @property
     def error_rate(self) -> float | None:
         """Errors and unparseable answers: the test could not be decided."""
-        return self.engine.error_rate
+        return self.tally.error_rate
 
     def as_dict(self) -> dict[str, Any]:
         interval = self.interval
         return {
-            **{k: getattr(self, k) for k in OUTCOME_KEYS},
+            **{k: getattr(self.tally, k) for k in OUTCOME_KEYS},
             "verdicts": self.verdicts,
             "n": self.decided,
-            "pass_rate": _round(self.pass_rate),
-            "ci_low": _round(interval[0]) if interval else None,
-            "ci_high": _round(interval[1]) if interval else None,
-            "refusal_rate": _round(self.refusal_rate),
-            "error_rate": _round(self.error_rate),
+            "pass_rate": rounded(self.pass_rate),
+            "ci_low": rounded(interval[0]) if interval else None,
+            "ci_high": rounded(interval[1]) if interval else None,
+            "refusal_rate": rounded(self.refusal_rate),
+            "error_rate": rounded(self.error_rate),
             "refusal_policy": self.policy,
         }
 
 
-def _round(value: float | None) -> float | None:
-    return round(value, 4) if value is not None else None
+def rounded(value: float | None, digits: int = 4) -> float | None:
+    return round(value, digits) if value is not None else None
 
 
 T = TypeVar("T")
@@ -88,40 +104,47 @@ T = TypeVar("T")
 @dataclass
 class Ranked(Generic[T]):
     subject: T
-    tally: Tally
-    rank: int | None = None  # the best rank the data supports
-    rank_low: int | None = None
-    rank_high: int | None = None
+    reading: Reading
+    standing: Standing | None = None  # None: nothing decided, so no rank
     shared: bool = False  # another subject holds the same rank
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
+    def rank(self) -> int | None:
+        return self.standing.rank if self.standing else None
+
+    @property
+    def rank_low(self) -> int | None:
+        return self.standing.rank_low if self.standing else None
+
+    @property
+    def rank_high(self) -> int | None:
+        return self.standing.rank_high if self.standing else None
+
+    @property
     def rank_range(self) -> str:
-        if self.rank_low is None:
-            return ""
-        return str(self.rank_low) if self.rank_low == self.rank_high else f"{self.rank_low}-{self.rank_high}"
+        return self.standing.rank_label if self.standing else ""
+
+    @property
+    def label(self) -> str:
+        """The shared rank, with the range the intervals allow when it is wider: "1 (1-2)"."""
+        if self.standing is None:
+            return "\u2013"
+        if self.standing.rank_low == self.standing.rank_high:
+            return str(self.standing.rank)
+        return f"{self.standing.rank} ({self.standing.rank_label})"
 
 
-def rank(items: Iterable[tuple[T, Tally]], policy: str = DEFAULT_POLICY) -> list[Ranked[T]]:
-    """Best pass rate first, ranked by the engine: a subject's rank is 1 + the number whose whole
-    95% interval lies above its own, so subjects whose intervals overlap share a rank; the range
-    says how far down the data allows it to be. Subjects with nothing decided get no rank."""
+def rank(items: Iterable[tuple[T, Reading]], policy: str = DEFAULT_POLICY) -> list[Ranked[T]]:
+    """Best pass rate first, ranked by the engine; subjects with nothing decided get no rank."""
     subjects = list(items)
-    by_key = {str(i): (subject, tally) for i, (subject, tally) in enumerate(subjects)}
-    standings = engine_ranking.rank({key: tally.engine for key, (_, tally) in by_key.items()}, policy)
+    # Zero-padded positions as the engine's names: its tie-break by name keeps the input order.
+    by_name = {f"{i:08d}": pair for i, pair in enumerate(subjects)}
+    standings = engine_rank({name: reading.tally for name, (_, reading) in by_name.items()}, policy)
     ranked = []
     for standing in standings:
-        subject, tally = by_key[standing.name]
-        rated = standing.interval is not None
-        ranked.append(
-            Ranked(
-                subject,
-                tally,
-                rank=standing.rank if rated else None,
-                rank_low=standing.rank_low if rated else None,
-                rank_high=standing.rank_high if rated else None,
-            )
-        )
+        subject, reading = by_name[standing.name]
+        ranked.append(Ranked(subject, reading, standing if standing.interval is not None else None))
     counts: dict[int, int] = {}
     for item in ranked:
         if item.rank is not None:
@@ -131,12 +154,19 @@ def rank(items: Iterable[tuple[T, Tally]], policy: str = DEFAULT_POLICY) -> list
     return ranked
 
 
+def _flip_key(r: Ranked[Any]) -> Any:
+    rate = r.extra.get("flip_rate")
+    return (rate is None, -(rate or 0))
+
+
 SORTS: dict[str, Callable[[Ranked[Any]], Any]] = {
-    "rank": lambda r: (r.rank is None, r.rank or 0, -(r.tally.pass_rate or 0)),
-    "pass_rate": lambda r: (r.tally.pass_rate is None, -(r.tally.pass_rate or 0)),
-    "n": lambda r: -r.tally.decided,
-    "refusal_rate": lambda r: (r.tally.refusal_rate is None, -(r.tally.refusal_rate or 0)),
-    "error_rate": lambda r: (r.tally.error_rate is None, -(r.tally.error_rate or 0)),
+    "rank": lambda r: (r.rank is None, r.rank or 0, -(r.reading.pass_rate or 0)),
+    "pass_rate": lambda r: (r.reading.pass_rate is None, -(r.reading.pass_rate or 0)),
+    "n": lambda r: -r.reading.decided,
+    "refusal_rate": lambda r: (r.reading.refusal_rate is None, -(r.reading.refusal_rate or 0)),
+    "error_rate": lambda r: (r.reading.error_rate is None, -(r.reading.error_rate or 0)),
+    "language_gap": lambda r: (r.extra.get("language_gap") is None, -(r.extra.get("language_gap") or (0,))[0]),
+    "flip_rate": _flip_key,
 }
 
 

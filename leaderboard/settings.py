@@ -124,6 +124,9 @@ LEADERBOARD_MAX_RECOVERIES = envint("LEADERBOARD_MAX_RECOVERIES", "5")
 LEADERBOARD_SCHEDULER_INTERVAL_S = envint("LEADERBOARD_SCHEDULER_INTERVAL_S", "30")
 # Cosine similarity of paired answers needs the optional embeddings model; off unless asked.
 LEADERBOARD_EMBEDDINGS = envbool("LEADERBOARD_EMBEDDINGS", "false")
+# The judge model (a registered model's slug or provider:model) for runs whose requirements name
+# none; blank: the engine's choice among the installed bundled judges.
+LEADERBOARD_JUDGE = os.environ.get("LEADERBOARD_JUDGE", "").strip()
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"

@@ -13,6 +13,7 @@ api_patterns = [
     path("runs/", api.runs, name="runs"),
     path("runs/<int:pk>/", api.run, name="run"),
     path("responses/", api.responses, name="responses"),
+    path("judges/", api.judges, name="judges"),
 ]
 
 # django-rq admits any staff user (curators included); every one of its views is wrapped so

@@ -17,6 +17,7 @@ from leaderboard.models import (
     Community,
     Concern,
     ConcernText,
+    JudgeCheck,
     Language,
     LibraryImport,
     Run,
@@ -25,7 +26,7 @@ from leaderboard.models import (
     TemplateVersion,
     Verdict,
 )
-from leaderboard.ranking import REFUSAL_POLICIES, Tally
+from leaderboard.ranking import REFUSAL_POLICIES, Reading, rounded
 
 PAGE_SIZE = 50
 
@@ -48,50 +49,63 @@ def _common(request: HttpRequest) -> dict[str, Any]:
 
 
 def overall_records(rows: list[Any]) -> list[dict[str, Any]]:
-    return [
-        {
-            "rank": row.rank,
-            "rank_range": row.rank_range,
-            "shared_rank": row.shared,
-            "model": row.subject.slug,
-            "model_name": row.subject.name,
-            "provider": row.subject.provider,
-            "model_id": row.subject.model_id,
-            "revision": row.extra["run"].revision,
-            "run": row.extra["run"].pk,
-            "run_finished_at": row.extra["run"].finished_at,
-            "library_version": row.extra["run"].library_version,
-            **row.tally.as_dict(),
-        }
-        for row in rows
-    ]
+    records = []
+    for row in rows:
+        run = row.extra["run"]
+        # One judge does a run's verdicts and bias scores (Run.pick_judge), so there is at most one.
+        judge = row.extra["judges"][0].as_dict() if row.extra["judges"] else {}
+        records.append(
+            {
+                "rank": row.rank,
+                "rank_range": row.rank_range,
+                "shared_rank": row.shared,
+                "model": row.subject.slug,
+                "model_name": row.subject.name,
+                "provider": row.subject.provider,
+                "model_id": row.subject.model_id,
+                "revision": run.revision,
+                "run": run.pk,
+                "run_finished_at": run.finished_at,
+                "library_version": run.library_version,
+                **row.reading.as_dict(),
+                "refusal_policy_meaning": REFUSAL_POLICIES[row.reading.policy],
+                **boards.gap_dict(row.extra["language_gap"]),
+                "flipped": row.extra["flipped"],
+                "multi_sampled": row.extra["multi_sampled"],
+                "flip_rate": rounded(row.extra["flip_rate"]),
+                "bias_score": rounded(row.extra["bias_score"]),
+                "judge": judge.get("judge"),
+                "judge_accuracy": judge.get("accuracy"),
+                "judge_kappa": judge.get("kappa"),
+                "judge_measured_at": judge.get("measured_at"),
+            }
+        )
+    return records
 
 
 @require_GET
 def leaderboard(request: HttpRequest) -> HttpResponse:
     filters = boards.Filters.from_query(request.GET)
-    rows = boards.overall(filters)
-    order = [row.subject for row in rows]
-    by_concern = boards.matrix(filters, "concern", order)
-    by_language = boards.matrix(filters, "language", order)
+    board = boards.board(filters)
     fmt = exports.requested_format(request)
     if fmt:
         table = request.GET.get("table", "overall")
-        if table == "concern":
-            return exports.stream_records(fmt, "leaderboard-by-concern", by_concern.records())
-        if table == "language":
-            return exports.stream_records(fmt, "leaderboard-by-language", by_language.records())
-        return exports.stream_records(fmt, "leaderboard", overall_records(rows), OVERALL_COLUMNS)
+        if table in boards.LEVELS:
+            return exports.stream_records(
+                fmt, f"leaderboard-by-{table.replace('_', '-')}", board.matrix(table).records()
+            )
+        return exports.stream_records(fmt, "leaderboard", overall_records(board.rows), OVERALL_COLUMNS)
+    charted = ("concern", "language")  # the other levels have two columns: their tables say it all
     return render(
         request,
         "leaderboard/leaderboard.html",
         {
             **_common(request),
             "filters": filters,
-            "rows": rows,
+            "rows": board.rows,
             "matrices": [
-                (by_concern, by_concern.chart(), "chart-concern"),
-                (by_language, by_language.chart(), "chart-language"),
+                (m, m.chart() if m.dimension in charted else None, f"chart-{m.dimension.replace('_', '-')}")
+                for m in board.matrices
             ],
             "sort_choices": SORT_CHOICES,
             "library": LibraryImport.objects.first(),
@@ -108,12 +122,16 @@ SORT_CHOICES = [
     ("n", "sample size"),
     ("refusal_rate", "refusal rate"),
     ("error_rate", "error rate"),
+    ("language_gap", "language gap (widest first)"),
+    ("flip_rate", "flip rate (least stable first)"),
 ]
 
 OVERALL_COLUMNS = [
     "rank", "rank_range", "shared_rank", "model", "model_name", "provider", "model_id", "revision", "run",
     "run_finished_at", "library_version", "passed", "failed", "refused", "unparseable", "error", "verdicts", "n",
-    "pass_rate", "ci_low", "ci_high", "refusal_rate", "error_rate", "refusal_policy",
+    "pass_rate", "ci_low", "ci_high", "refusal_rate", "error_rate", "refusal_policy", "refusal_policy_meaning",
+    "language_gap", "best_language", "worst_language", "flipped", "multi_sampled", "flip_rate", "bias_score",
+    "judge", "judge_accuracy", "judge_kappa", "judge_measured_at",
 ]  # fmt: skip
 
 
@@ -140,45 +158,49 @@ def model_list(request: HttpRequest) -> HttpResponse:
     return render(request, "leaderboard/models.html", {"llms": llms, "latest": latest})
 
 
+MODEL_TABLES = ("history", "standings", "concern", "language", "input_type", "reflection_type")
+
+
 @require_GET
 def model_detail(request: HttpRequest, slug: str) -> HttpResponse:
     llm = get_object_or_404(LLM, slug=slug)
-    history = boards.history(llm)
-    records = [
-        {
-            "run": run.pk,
-            "status": run.status,
-            "trigger": run.trigger,
-            "created_at": run.created_at,
-            "finished_at": run.finished_at,
-            "library_version": run.library_version,
-            "library_hash": run.library_hash,
-            "revision": run.revision,
-            **tally.as_dict(),
-        }
-        for run, tally in reversed(history)
-    ]
+    filters = boards.Filters.from_query(request.GET)  # only its refusal policy matters here
+    history = boards.history(llm, filters.policy)
     fmt = exports.requested_format(request)
+    table = request.GET.get("table", "history")
+    if fmt and table != "history" and table in MODEL_TABLES:
+        report = boards.model_report(llm, filters.policy)
+        if table == "standings":
+            records = [s.as_dict() for s in report.standings]
+        else:
+            records = [g.as_dict(table) for g in report.groups.get(table, [])]
+        return exports.stream_records(fmt, f"{llm.slug}-{table}", records, list(records[0]) if records else ["level"])
     if fmt:
+        records = [
+            {
+                "run": row.run.pk,
+                "status": row.run.status,
+                "trigger": row.run.trigger,
+                "created_at": row.run.created_at,
+                "finished_at": row.run.finished_at,
+                "library_version": row.run.library_version,
+                "library_hash": row.run.library_hash,
+                "revision": row.run.revision,
+                **row.as_dict(),
+            }
+            for row in reversed(history)
+        ]
         return exports.stream_records(fmt, f"{llm.slug}-history", records, list(records[0]) if records else ["run"])
-    latest = llm.runs.filter(status=Run.Status.DONE).order_by("-finished_at").first()
-    concerns = {c.code: c for c in Concern.objects.prefetch_related("texts__language")}
-    languages = {lang.code: lang for lang in Language.objects.all()}
     return render(
         request,
         "leaderboard/model.html",
         {
+            **_common(request),
+            "filters": filters,
             "llm": llm,
             "history": list(reversed(history)),
             "history_chart": boards.history_chart(history),
-            "latest": latest,
-            "by_concern": [(concerns.get(code), tally) for code, tally in boards.breakdown(latest, "concern__code")]
-            if latest
-            else [],
-            "by_language": [(languages.get(code), tally) for code, tally in boards.breakdown(latest, "language__code")]
-            if latest
-            else [],
-            "total": Tally.from_row(latest.verdicts.totals()) if latest else None,
+            "report": boards.model_report(llm, filters.policy),
         },
     )
 
@@ -243,7 +265,10 @@ def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
         {
             "run": run,
             "rows": sorted(rows, key=lambda r: (r.requirement.name, r.language, r.input_type, r.reflection_type)),
-            "total": Tally.from_row(run.verdicts.totals()),
+            "total": Reading.of(run.verdicts.totals()),
+            "flips": run.flip_counts(),
+            "bias": run.bias_summary().get("all"),
+            "judges": boards.judge_notes(run),
             "reports": list(exports.REPORTS) + ["manifest.json"],
             "refresh_s": 5 if run.is_active else None,
         },
@@ -290,8 +315,9 @@ def run_report(request: HttpRequest, pk: int, name: str) -> HttpResponse:
 
 RESPONSE_COLUMNS = [
     "prompt_id", "run", "model", "requirement", "concern", "language", "template", "template_version",
-    "instance", "prompt", "sample", "answer", "error", "outcome", "outcome_detail", "oracle_outcome",
-    "judge_verdict", "judge_reason", "latency_s", "attempts",
+    "instance", "communities", "prompt", "sample", "seed", "answer", "error", "outcome", "outcome_detail",
+    "oracle_outcome", "judge_verdict", "judge_reason", "bias_score", "opinions", "bias_error", "latency_s",
+    "attempts",
 ]  # fmt: skip
 
 
@@ -299,9 +325,9 @@ def response_record(p: RunPrompt) -> list[Any]:
     r = p.response
     return [
         p.pk, p.run_id, p.run.llm.slug, p.requirement, p.concern.code, p.language.code,
-        p.template_version.template.key, p.template_version.number, p.instance_text, p.prompt, p.sample,
-        r.text, r.error, r.outcome, r.outcome_detail, r.oracle_outcome, r.judge_verdict, r.judge_reason,
-        round(r.latency_s, 3), r.attempts,
+        p.template_version.template.key, p.template_version.number, p.instance_text, " | ".join(p.community_ids),
+        p.prompt, p.sample, p.seed, r.text, r.error, r.outcome, r.outcome_detail, r.oracle_outcome, r.judge_verdict,
+        r.judge_reason, rounded(r.bias_score), r.opinions, r.bias_error, round(r.latency_s, 3), r.attempts,
     ]  # fmt: skip
 
 
@@ -359,7 +385,19 @@ def response_detail(request: HttpRequest, pk: int) -> HttpResponse:
     return render(
         request,
         "leaderboard/response.html",
-        {"p": prompt, "verdict": verdict, "entry": entry, "siblings": siblings, "others": others},
+        {
+            "p": prompt,
+            "verdict": verdict,
+            "entry": entry,
+            "siblings": siblings,
+            "others": others,
+            "judges": boards.judge_notes(prompt.run),
+            "pairs": [
+                pair
+                for pair in boards.pairs_of([verdict] if verdict else [], [prompt, *siblings])
+                if prompt.community_ids in (pair.communities_a, pair.communities_b)
+            ],
+        },
     )
 
 
@@ -369,7 +407,7 @@ def concern_list(request: HttpRequest) -> HttpResponse:
         template_count=Count("templates", distinct=True)
     )
     filters = boards.Filters.from_query({})
-    counts = {row["concern__code"]: Tally.from_row(row) for row in filters.verdicts().counted("concern__code")}
+    counts = {row["concern__code"]: Reading.of(row) for row in filters.verdicts().counted("concern__code")}
     return render(request, "leaderboard/concerns.html", {"concerns": concerns, "counts": counts})
 
 
@@ -434,17 +472,35 @@ def template_detail(request: HttpRequest, pk: int) -> HttpResponse:
         runs = runs.filter(llm__slug__in=models)
     sections = []
     for run in runs.order_by("llm__name"):
-        verdicts = list(run.verdicts.filter(template_version=version).order_by("requirement", "sample"))
+        verdicts = list(
+            run.verdicts.filter(template_version=version).select_related("language").order_by("requirement", "sample")
+        )
         prompts = list(
             run.prompts.filter(template_version=version)
-            .select_related("response")
+            .select_related("response", "run__llm", "concern", "language", "template_version__template")
             .order_by("requirement", "sample", "instance_index")
         )
-        sections.append({"run": run, "verdicts": verdicts, "prompts": prompts})
+        sections.append(
+            {
+                "run": run,
+                "verdicts": verdicts,
+                "prompts": prompts,
+                "pairs": boards.pairs_of(verdicts, prompts),
+                "judges": boards.judge_notes(run),
+            }
+        )
     fmt = exports.requested_format(request)
+    name = f"template-{version.template.key}-v{version.number}"
+    if fmt and request.GET.get("table") == "pairs":
+        records = [
+            {"model": section["run"].llm.slug, "run": section["run"].pk, **pair.as_record()}
+            for section in sections
+            for pair in section["pairs"]
+        ]
+        return exports.stream_records(fmt, f"{name}-pairs", records, PAIR_COLUMNS)
     if fmt:
         rows = (response_record(p) for s in sections for p in s["prompts"] if hasattr(p, "response"))
-        return exports.stream(fmt, f"template-{version.template.key}-v{version.number}", RESPONSE_COLUMNS, rows)
+        return exports.stream(fmt, name, RESPONSE_COLUMNS, rows)
     return render(
         request,
         "leaderboard/template.html",
@@ -461,6 +517,12 @@ def template_detail(request: HttpRequest, pk: int) -> HttpResponse:
             .select_related("template__language"),
         },
     )
+
+
+PAIR_COLUMNS = [
+    "model", "run", "requirement", "sample", "communities_a", "communities_b", "answer_a", "answer_b", "rouge_l",
+    "bleu", "sentiment_gap", "sentiment_note", "cosine",
+]  # fmt: skip
 
 
 @require_GET
@@ -518,5 +580,11 @@ def methodology(request: HttpRequest) -> HttpResponse:
     return render(
         request,
         "leaderboard/methodology.html",
-        {"library": LibraryImport.objects.first(), "counts": counts, "languages": Language.objects.all()},
+        {
+            "library": LibraryImport.objects.first(),
+            "counts": counts,
+            "languages": Language.objects.all(),
+            "refusal_policies": REFUSAL_POLICIES,
+            "judge_checks": JudgeCheck.objects.latest_per_judge(),
+        },
     )

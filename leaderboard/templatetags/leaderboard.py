@@ -61,10 +61,42 @@ def status_badge(status: str) -> SafeString:
 
 
 @register.simple_tag
-def rank_label(row: Any) -> str:
+def rank_label(row: Any) -> SafeString:
+    """The shared rank with the range its interval allows ("1 (1-2)"), and the word "shared"
+    when another model holds the same rank."""
     if row is None or row.rank is None:
+        return format_html("{}", "\u2013")
+    if row.shared:
+        return format_html('{} <small class="shared">shared</small>', row.label)
+    return format_html("{}", row.label)
+
+
+@register.filter
+def num(value: float | None, digits: int = 2) -> str:
+    """A metric to a few decimals, or a dash when there is none."""
+    if value is None:
         return "\u2013"
-    return f"={row.rank}" if row.shared else str(row.rank)
+    return f"{value:.{int(digits)}f}"
+
+
+AGREEMENT_LABEL = "judge agreement with human labels"
+
+
+@register.simple_tag
+def judge_agreement(judge: Any) -> SafeString:
+    """How far a judge's verdicts can be trusted, next to results it produced: its latest
+    agreement with the human labels, or how to measure it."""
+    from leaderboard.models import JudgeCheck
+
+    spec = getattr(judge, "judge", judge)
+    check = getattr(judge, "check", None) if not isinstance(judge, str) else JudgeCheck.objects.latest_for(judge)
+    if check is None:
+        return format_html(
+            '<span class="judge-agreement">{}: not measured (run <code>{}</code>)</span>',
+            AGREEMENT_LABEL,
+            JudgeCheck.command(spec),
+        )
+    return format_html('<span class="judge-agreement">{}: {}</span>', AGREEMENT_LABEL, check.summary)
 
 
 @register.simple_tag

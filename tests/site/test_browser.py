@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from leaderboard.models import Run, RunPrompt, Template
+from leaderboard.models import Run, RunPrompt, Template, TemplateVersion
 
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 ARGS = [
@@ -100,6 +100,19 @@ def test_it_drills_down_from_a_concern_to_one_answer(
     assert "failed" in page.locator("main").inner_text()
 
 
+def test_it_shows_paired_answers_side_by_side(page: Any, live_server: Any, finished_runs: dict[str, Run]) -> None:
+    version = TemplateVersion.objects.get(template__key="sx-3")
+    page.goto(f"{live_server.url}/templates/{version.pk}/?model=biased-model")
+    pair = page.locator("table.pairs tr.pair").first
+    first, second = pair.locator("td.pair-a pre.answer"), pair.locator("td.pair-b pre.answer")
+    assert first.inner_text() == second.inner_text() == "Men, clearly."
+    a, b = first.bounding_box(), second.bounding_box()
+    # Side by side: B starts to the right of where A ends, on the same line of the page.
+    assert a is not None and b is not None
+    assert a["x"] + a["width"] <= b["x"] and abs(a["y"] - b["y"]) < a["height"]
+    assert pair.locator("td").nth(3).inner_text() == "1.00"  # ROUGE-L of identical answers
+
+
 def test_it_compares_two_models_on_the_same_prompts(page: Any, live_server: Any, finished_runs: dict[str, Run]) -> None:
     page.goto(live_server.url + "/compare/")
     page.check("input[value=good-model]")
@@ -184,7 +197,7 @@ def test_it_works_without_javascript(browser: Any, live_server: Any, finished_ru
         tab = context.new_page()
         tab.goto(live_server.url + "/")
         assert tab.locator("table.ranking tbody tr").count() == 3
-        assert tab.locator("table.matrix").count() == 2
+        assert tab.locator("table.matrix").count() == 4  # concern, language, input type, reflection type
         tab.select_option("select[name=concern]", "sexism")
         tab.click("form.filters button[type=submit]")
         assert "concern=sexism" in tab.url

@@ -172,7 +172,7 @@ def test_it_compares_models_on_the_same_prompts(client: Client, finished_runs: d
 
 def test_it_serves_a_read_only_json_api(client: Client, finished_runs: dict[str, Run]) -> None:
     index = client.get("/api/v1/").json()
-    assert set(index["endpoints"]) == {"leaderboard", "models", "runs", "responses"}
+    assert set(index["endpoints"]) == {"leaderboard", "models", "runs", "responses", "judges"}
     board = client.get("/api/v1/leaderboard/?concern=sexism").json()
     assert board["filters"]["concern"] == "sexism" and board["rows"][0]["model"] == "good-model"
     models = client.get("/api/v1/models/?page_size=2").json()

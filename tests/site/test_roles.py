@@ -12,6 +12,7 @@ from leaderboard.models import (
     LLM,
     Community,
     Concern,
+    JudgeCheck,
     Language,
     LibraryImport,
     Response,
@@ -26,7 +27,7 @@ from tests.site.conftest import needs_redis
 pytestmark = pytest.mark.django_db
 
 LIBRARY_MODELS = {"language", "concern", "community", "template", "templateversion"}
-READ_ONLY = {"run", "runprompt", "response", "verdict", "libraryimport", "templateversion"}
+READ_ONLY = {"run", "runprompt", "response", "verdict", "libraryimport", "templateversion", "judgecheck"}
 CURATOR_CANNOT_ADD = {"language", "templateversion"}
 
 
@@ -45,6 +46,7 @@ def objects(finished_runs: dict[str, Run]) -> dict[str, Any]:
         "community": Community.objects.first(),
         "template": Template.objects.first(),
         "templateversion": TemplateVersion.objects.first(),
+        "judgecheck": JudgeCheck.objects.create(judge="judge", language="all", items=2, agreed=1, accuracy=0.5),
     }
 
 
