@@ -453,6 +453,18 @@ class LibraryImport(models.Model):
         def count(what: str) -> None:
             counts[what] = counts.get(what, 0) + 1
 
+        def upsert_by_code(model: Any, label: str, code: str, values: dict[str, Any]) -> Any:
+            """The row with this code, created or updated only when the library's text changed."""
+            is_new = changed(f"{label}:{code}", values)
+            row = model.objects.filter(code=code).first()
+            if row is None:
+                count(f"{label}s created")
+                return model.objects.create(code=code, **values)
+            if is_new:
+                model.objects.filter(pk=row.pk).update(**values)
+                count(f"{label}s updated")
+            return row
+
         with transaction.atomic():
             languages: dict[str, Language] = {}
             for code, pack in library.languages.items():
@@ -463,27 +475,11 @@ class LibraryImport(models.Model):
                     "neutral_phrases": list(pack.neutral_phrases),
                     "forms": dict(pack.forms),
                 }
-                language = Language.objects.filter(code=code).first()
-                if language is None:
-                    language = Language.objects.create(code=code, **values)
-                    count("languages created")
-                    changed(f"language:{code}", values)
-                elif changed(f"language:{code}", values):
-                    Language.objects.filter(pk=language.pk).update(**values)
-                    count("languages updated")
-                languages[code] = language
+                languages[code] = upsert_by_code(Language, "language", code, values)
             concerns: dict[str, Concern] = {}
             for concern_id, engine_concern in library.concerns.items():
                 values = {"markup": engine_concern.markup, "aliases": list(engine_concern.aliases)}
-                concern = Concern.objects.filter(code=concern_id).first()
-                if concern is None:
-                    concern = Concern.objects.create(code=concern_id, **values)
-                    count("concerns created")
-                    changed(f"concern:{concern_id}", values)
-                elif changed(f"concern:{concern_id}", values):
-                    Concern.objects.filter(pk=concern.pk).update(**values)
-                    count("concerns updated")
-                concerns[concern_id] = concern
+                concern = concerns[concern_id] = upsert_by_code(Concern, "concern", concern_id, values)
                 for code, name in engine_concern.names.items():
                     text_values = {"name": name, "definition": engine_concern.definitions.get(code, "")}
                     is_new = changed(f"concern_text:{concern_id}:{code}", text_values)
