@@ -350,23 +350,23 @@ def summarise(evaluations: list[EvaluationRecord]) -> list[GlobalRow]:
     return rows
 
 
-def counterfactual_inputs(evaluation: EvaluationRecord) -> list[PairInput]:
-    """Every pair of answered instances of one template and sample."""
-    records = evaluation.responses
-    answers = [(r.instance.community_ids, r.result.text) for r in records]
-    template = evaluation.test.template
+def counterfactual_inputs(
+    model: str, template: Template, sample: int, answers: list[tuple[tuple[str, ...], str | None]]
+) -> list[PairInput]:
+    """Every pair of answered instances of one template and sample; answers are
+    (community ids, answer text or None for an error), one per instance."""
     return [
         PairInput(
-            model=evaluation.model,
+            model=model,
             template_id=template.id,
             template_key=template.key,
             concern=template.concern,
             language=template.language,
-            sample=evaluation.sample,
-            communities_a=records[i].instance.community_ids,
-            communities_b=records[j].instance.community_ids,
-            answer_a=records[i].result.text or "",
-            answer_b=records[j].result.text or "",
+            sample=sample,
+            communities_a=answers[i][0],
+            communities_b=answers[j][0],
+            answer_a=answers[i][1] or "",
+            answer_b=answers[j][1] or "",
         )
         for i, j in pairs_of(answers)
     ]
@@ -375,7 +375,12 @@ def counterfactual_inputs(evaluation: EvaluationRecord) -> list[PairInput]:
 def _with_counterfactual_pairs(
     evaluations: list[EvaluationRecord], embedder: Embedder | None
 ) -> list[EvaluationRecord]:
-    inputs = [counterfactual_inputs(e) for e in evaluations]
+    inputs = [
+        counterfactual_inputs(
+            e.model, e.test.template, e.sample, [(r.instance.community_ids, r.result.text) for r in e.responses]
+        )
+        for e in evaluations
+    ]
     scored = score_pairs([p for group in inputs for p in group], embedder)
     result, position = [], 0
     for evaluation, group in zip(evaluations, inputs, strict=True):
@@ -385,7 +390,7 @@ def _with_counterfactual_pairs(
     return result
 
 
-def _failed_answers(test: Test, answers: list[JobResult]) -> list[tuple[Instance, JobResult]]:
+def failed_answers(test: Test, answers: list[JobResult]) -> list[tuple[Instance, JobResult]]:
     """The answers a judge may overrule: literal failures of expected-value oracles."""
     if test.oracle.operation in SAME_VALUE_OPERATIONS:
         return []
@@ -444,7 +449,7 @@ def execute_run(
             for model in models
             for test in plan.tests
             for sample in range(samples)
-            for instance, answer in _failed_answers(test, answers_for(model, test, sample))
+            for instance, answer in failed_answers(test, answers_for(model, test, sample))
         ]
         if on_phase:
             on_phase("judge", len(set(wanted)))

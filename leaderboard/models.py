@@ -25,7 +25,7 @@ from django.utils import timezone
 
 from langbite_core.cli import InputError
 from langbite_core.cli import choose_judge as engine_choose_judge
-from langbite_core.engine import PlanError, Test, evaluate_test, plan_run
+from langbite_core.engine import PlanError, Test, counterfactual_inputs, evaluate_test, failed_answers, plan_run
 from langbite_core.execution import Executor, JobResult, PromptJob, RetryPolicy
 from langbite_core.generation import Instance
 from langbite_core.judge import (
@@ -58,13 +58,11 @@ from langbite_core.markup import Community as EngineCommunity
 from langbite_core.metrics import (
     SENTIMENT_LANGUAGES,
     CounterfactualSummary,
-    PairInput,
     default_embedder,
     flip_rate,
-    pairs_of,
     score_pairs,
 )
-from langbite_core.oracles import SAME_VALUE_OPERATIONS, Outcome
+from langbite_core.oracles import Outcome
 from langbite_core.providers import PROVIDERS, ChatRequest, ConfigurationError, Provider, create_provider
 from langbite_core.requirements import LANGUAGE_PATTERN, RequirementsError, Scenario, parse_requirements
 
@@ -1310,15 +1308,14 @@ class Run(models.Model):
         judged: dict[PromptJob, JobResult] = {}
         if executor is not None and judge_model is not None:
             # Every answer the literal oracle failed goes to the judge in one concurrent batch.
-            wanted = []
-            for test, group in batch:
-                if test.oracle.operation in SAME_VALUE_OPERATIONS:
-                    continue
-                literal, _, _ = evaluate_test(test, [p.response.as_result() for p in group])
-                for prompt, verdict in zip(group, literal.answers, strict=True):
-                    if verdict.outcome == Outcome.FAILED and prompt.response.text is not None:
-                        request = judge_request(prompt.prompt, test.oracle, prompt.response.text, test.language)
-                        wanted.append(PromptJob(model=judge_model, request=request))
+            wanted = [
+                PromptJob(
+                    model=judge_model,
+                    request=judge_request(instance.prompt, test.oracle, answer.text or "", test.language),
+                )
+                for test, group in batch
+                for instance, answer in failed_answers(test, [p.response.as_result() for p in group])
+            ]
             judged = executor.run(wanted, on_result=self._heartbeat())
 
         def lookup(prompt: str, oracle: Any, answer: str, language: str) -> JudgeVerdict:
@@ -1355,26 +1352,15 @@ class Run(models.Model):
 
         # Counterfactual metrics: every pair of answered instances of a template and sample,
         # scored in one batch (ROUGE-L, BLEU, sentiment gap; cosine with the embeddings extra).
-        pair_inputs: list[list[PairInput]] = []
-        for test, group in batch:
-            answers_by_instance = [(tuple(p.community_ids), p.response.text) for p in group]
-            pair_inputs.append(
-                [
-                    PairInput(
-                        model=self.model_spec,
-                        template_id=test.template.id,
-                        template_key=test.template.key,
-                        concern=test.template.concern,
-                        language=test.template.language,
-                        sample=group[0].sample,
-                        communities_a=tuple(group[i].community_ids),
-                        communities_b=tuple(group[j].community_ids),
-                        answer_a=group[i].response.text or "",
-                        answer_b=group[j].response.text or "",
-                    )
-                    for i, j in pairs_of(answers_by_instance)
-                ]
+        pair_inputs = [
+            counterfactual_inputs(
+                self.model_spec,
+                test.template,
+                group[0].sample,
+                [(tuple(p.community_ids), p.response.text) for p in group],
             )
+            for test, group in batch
+        ]
         embedder = default_embedder() if settings.LEADERBOARD_EMBEDDINGS else None
         scores = iter(score_pairs([p for group_pairs in pair_inputs for p in group_pairs], embedder))
 
