@@ -354,6 +354,25 @@ class Template(TemplateContent):
         instances, rendering = check_rendering(self.language_pack(), template)
         return instances, problems + rendering
 
+    def new_version(
+        self, number: int, content_hash: str, *, source: str, note: str = "", author: Any = None
+    ) -> TemplateVersion:
+        """An unsaved version holding the working copy's text as it is now."""
+        return TemplateVersion(
+            template=self,
+            number=number,
+            content_hash=content_hash,
+            input_type=self.input_type,
+            reflection_type=self.reflection_type,
+            task_prefix=self.task_prefix or "",
+            prompt=self.prompt,
+            output_formatting=self.output_formatting or "",
+            oracle=self.oracle,
+            source=source,
+            author=author if getattr(author, "pk", None) else None,
+            note=note,
+        )
+
     def commit_version(self, *, author: Any = None, source: str = "curator", note: str = "") -> TemplateVersion:
         """Makes the working copy the current version: the existing version with the same content
         hash, or a new one. Old versions stay, so results keep the exact text they used."""
@@ -364,20 +383,8 @@ class Template(TemplateContent):
             version = self.versions.filter(content_hash=content_hash).first()
             if version is None:
                 number = (self.versions.aggregate(n=Max("number"))["n"] or 0) + 1
-                version = TemplateVersion.objects.create(
-                    template=self,
-                    number=number,
-                    content_hash=content_hash,
-                    input_type=self.input_type,
-                    reflection_type=self.reflection_type,
-                    task_prefix=self.task_prefix or "",
-                    prompt=self.prompt,
-                    output_formatting=self.output_formatting or "",
-                    oracle=self.oracle,
-                    source=source,
-                    author=author if getattr(author, "pk", None) else None,
-                    note=note,
-                )
+                version = self.new_version(number, content_hash, source=source, note=note, author=author)
+                version.save()
             self.current_version = version
             Template.objects.filter(pk=self.pk).update(current_version=version)
             return version
@@ -540,19 +547,7 @@ class LibraryImport(models.Model):
                 Template.objects.bulk_create([t for t, _ in fresh], batch_size=500)
                 versions = TemplateVersion.objects.bulk_create(
                     [
-                        TemplateVersion(
-                            template=t,
-                            number=1,
-                            content_hash=content_hash,
-                            input_type=t.input_type,
-                            reflection_type=t.reflection_type,
-                            task_prefix=t.task_prefix,
-                            prompt=t.prompt,
-                            output_formatting=t.output_formatting,
-                            oracle=t.oracle,
-                            source=Template.Origin.LIBRARY,
-                            note=note,
-                        )
+                        t.new_version(1, content_hash, source=str(Template.Origin.LIBRARY), note=note)
                         for t, content_hash in fresh
                     ],
                     batch_size=500,
